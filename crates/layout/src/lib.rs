@@ -1,0 +1,18 @@
+//! The layout algebra of tilegen: every offset in the project — host preshuffles and device
+//! addressing alike — is a [`Layout`] applied to a [`Coord`].
+//!
+//! A layout is a hierarchical `shape:stride` pair (CuTe's model, also Mojo's `TileTensor`). Its
+//! integers are [`Idx`] values, static or dynamic; dynamic values are any [`IndexValue`] (plain
+//! `i64` on the host, an IR value in the kernel builder), and arithmetic folds the static parts.
+#![deny(missing_docs)]
+
+mod algebra;
+mod coord;
+mod error;
+mod int;
+mod layout;
+
+pub use coord::Coord;
+pub use error::LayoutError;
+pub use int::{Idx, IndexValue};
+pub use layout::Layout;

@@ -1,0 +1,1 @@
+//! MX formats.
