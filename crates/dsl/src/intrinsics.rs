@@ -1,0 +1,25 @@
+//! The intrinsics the builder may call: each is known to lower on gfx950 with LLVM 22. An
+//! intrinsic the verifier accepts but the instruction selector cannot lower ends in a process
+//! abort inside LLVM, so nothing outside this list is ever emitted.
+
+/// Intrinsic names (without overload suffixes) the builder emits.
+pub const KNOWN: &[&str] = &[
+    "llvm.amdgcn.workitem.id.x",
+    "llvm.amdgcn.workgroup.id.x",
+    "llvm.amdgcn.workgroup.id.y",
+    "llvm.amdgcn.readfirstlane.i32",
+    "llvm.amdgcn.make.buffer.rsrc",
+    "llvm.amdgcn.raw.ptr.buffer.load",
+    "llvm.amdgcn.raw.ptr.buffer.store",
+    "llvm.amdgcn.raw.ptr.buffer.load.lds",
+    "llvm.amdgcn.ds.read.tr4.b64",
+    "llvm.amdgcn.ds.read.tr8.b64",
+    "llvm.amdgcn.ds.read.tr16.b64",
+    "llvm.amdgcn.s.barrier",
+    "llvm.amdgcn.s.setprio",
+    "llvm.amdgcn.s.waitcnt",
+    "llvm.amdgcn.sched.barrier",
+    "llvm.amdgcn.sched.group.barrier",
+    "llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4",
+    "llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4",
+];

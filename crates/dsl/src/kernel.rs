@@ -1,0 +1,396 @@
+//! The kernel under construction: its signature, ids, variables and structured control flow.
+
+use std::cell::{Cell, RefCell};
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::Module;
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue,
+};
+use inkwell::{AddressSpace, IntPredicate};
+
+use crate::error::{DslError, Result};
+use crate::int::Int;
+use crate::target::{self, addrspace};
+
+/// A kernel parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// A pointer to global memory.
+    GlobalPtr(String),
+    /// A 32-bit integer passed by value.
+    I32(String),
+}
+
+impl Param {
+    fn name(&self) -> &str {
+        match self {
+            Param::GlobalPtr(n) | Param::I32(n) => n,
+        }
+    }
+}
+
+/// Launch-shape facts the compiler can exploit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelAttrs {
+    /// Exact work-items per workgroup (the kernel is only ever launched with this many).
+    pub workgroup_size: u32,
+    /// Minimum waves per SIMD to aim for (bounds register use), if any.
+    pub waves_per_eu: Option<u32>,
+}
+
+/// A kernel being built. Every method takes `&self`: values borrow the kernel, and the few
+/// pieces of mutable state (LDS budget, names) use cells.
+pub struct Kernel<'ctx> {
+    pub(crate) ctx: &'ctx Context,
+    pub(crate) module: Module<'ctx>,
+    pub(crate) builder: Builder<'ctx>,
+    pub(crate) func: FunctionValue<'ctx>,
+    entry: BasicBlock<'ctx>,
+    params: Vec<Param>,
+    name: String,
+    pub(crate) lds_used: Cell<u32>,
+    pub(crate) lds_allocs: RefCell<Vec<(String, u32)>>,
+    counter: Cell<u32>,
+}
+
+impl<'ctx> Kernel<'ctx> {
+    /// Starts a kernel `name(params...)` for gfx950.
+    pub fn new(
+        ctx: &'ctx Context,
+        name: &str,
+        params: &[Param],
+        attrs: KernelAttrs,
+    ) -> Result<Self> {
+        if attrs.workgroup_size == 0 || attrs.workgroup_size > target::MAX_WORKGROUP_SIZE {
+            return Err(DslError::Operand {
+                op: "kernel",
+                rule: format!(
+                    "workgroup size {} must be in 1..={}",
+                    attrs.workgroup_size,
+                    target::MAX_WORKGROUP_SIZE
+                ),
+            });
+        }
+        let module = ctx.create_module(name);
+        module.set_triple(&inkwell::targets::TargetTriple::create(target::TRIPLE));
+        let global_ptr = ctx.ptr_type(AddressSpace::from(addrspace::GLOBAL));
+        let arg_types: Vec<_> = params
+            .iter()
+            .map(|p| match p {
+                Param::GlobalPtr(_) => global_ptr.into(),
+                Param::I32(_) => ctx.i32_type().into(),
+            })
+            .collect();
+        let func = module.add_function(name, ctx.void_type().fn_type(&arg_types, false), None);
+        func.set_call_conventions(target::AMDGPU_KERNEL_CC);
+        let str_attr = |k: &str, v: &str| ctx.create_string_attribute(k, v);
+        let wg = attrs.workgroup_size.to_string();
+        func.add_attribute(
+            AttributeLoc::Function,
+            str_attr("amdgpu-flat-work-group-size", &format!("{wg},{wg}")),
+        );
+        func.add_attribute(
+            AttributeLoc::Function,
+            str_attr("uniform-work-group-size", "true"),
+        );
+        if let Some(w) = attrs.waves_per_eu {
+            func.add_attribute(
+                AttributeLoc::Function,
+                str_attr("amdgpu-waves-per-eu", &format!("{w},{w}")),
+            );
+        }
+        for (i, p) in params.iter().enumerate() {
+            let arg = func
+                .get_nth_param(i as u32)
+                .ok_or_else(|| DslError::Builder("parameter count".into()))?;
+            arg.set_name(p.name());
+            if let Param::GlobalPtr(_) = p {
+                // Buffers of one launch never alias; this lets loads be reordered freely.
+                func.add_attribute(AttributeLoc::Param(i as u32), enum_attr(ctx, "noalias", 0));
+            }
+        }
+        let builder = ctx.create_builder();
+        let entry = ctx.append_basic_block(func, "entry");
+        builder.position_at_end(entry);
+        Ok(Kernel {
+            ctx,
+            module,
+            builder,
+            func,
+            entry,
+            params: params.to_vec(),
+            name: name.to_string(),
+            lds_used: Cell::new(0),
+            lds_allocs: RefCell::new(Vec::new()),
+            counter: Cell::new(0),
+        })
+    }
+
+    /// The kernel's symbol name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The LLVM context.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The module (for inspection; compile with [`crate::compile`]).
+    pub fn module(&self) -> &Module<'ctx> {
+        &self.module
+    }
+
+    /// A fresh value name with `prefix`, so the IR stays readable.
+    pub(crate) fn fresh(&self, prefix: &str) -> String {
+        let n = self.counter.get();
+        self.counter.set(n + 1);
+        format!("{prefix}{n}")
+    }
+
+    fn param_index(&self, name: &str, kind: &'static str, want: fn(&Param) -> bool) -> Result<u32> {
+        self.params
+            .iter()
+            .position(|p| p.name() == name && want(p))
+            .map(|i| i as u32)
+            .ok_or_else(|| DslError::NoSuchParam {
+                name: name.to_string(),
+                kind,
+            })
+    }
+
+    /// A global-pointer parameter.
+    pub fn ptr_param(&self, name: &str) -> Result<PointerValue<'ctx>> {
+        let i = self.param_index(name, "global pointer", |p| matches!(p, Param::GlobalPtr(_)))?;
+        Ok(self
+            .func
+            .get_nth_param(i)
+            .expect("index checked")
+            .into_pointer_value())
+    }
+
+    /// An i32 parameter.
+    pub fn i32_param(&self, name: &str) -> Result<Int<'_, 'ctx>> {
+        let i = self.param_index(name, "i32", |p| matches!(p, Param::I32(_)))?;
+        Ok(Int::new(
+            self,
+            self.func
+                .get_nth_param(i)
+                .expect("index checked")
+                .into_int_value(),
+        ))
+    }
+
+    /// An i32 constant.
+    pub fn i32(&self, v: i64) -> Int<'_, 'ctx> {
+        Int::new(self, self.ctx.i32_type().const_int(v as u64, true))
+    }
+
+    /// Calls an intrinsic by name with the given overload types. Only the names listed in
+    /// [`crate::intrinsics::KNOWN`] are accepted: the verifier accepts intrinsics the gfx950
+    /// selector cannot lower, and such a failure aborts the whole process.
+    pub(crate) fn call_intrinsic(
+        &self,
+        name: &str,
+        overloads: &[BasicTypeEnum<'ctx>],
+        args: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<Option<BasicValueEnum<'ctx>>> {
+        if !crate::intrinsics::KNOWN.contains(&name) {
+            return Err(DslError::Intrinsic(name.to_string()));
+        }
+        let intrinsic =
+            Intrinsic::find(name).ok_or_else(|| DslError::Intrinsic(name.to_string()))?;
+        let decl = intrinsic
+            .get_declaration(&self.module, overloads)
+            .ok_or_else(|| DslError::Intrinsic(format!("{name} with overloads {overloads:?}")))?;
+        let call = self.builder.build_call(decl, args, "")?;
+        Ok(call.try_as_basic_value().basic())
+    }
+
+    fn id_call(&self, name: &str) -> Result<Int<'_, 'ctx>> {
+        let v = self
+            .call_intrinsic(name, &[], &[])?
+            .ok_or_else(|| DslError::Builder(format!("{name} returned nothing")))?;
+        Ok(Int::new(self, v.into_int_value()))
+    }
+
+    /// Work-item id within the workgroup (x).
+    pub fn thread_id(&self) -> Result<Int<'_, 'ctx>> {
+        self.id_call("llvm.amdgcn.workitem.id.x")
+    }
+
+    /// Workgroup id (x).
+    pub fn block_id_x(&self) -> Result<Int<'_, 'ctx>> {
+        self.id_call("llvm.amdgcn.workgroup.id.x")
+    }
+
+    /// Workgroup id (y).
+    pub fn block_id_y(&self) -> Result<Int<'_, 'ctx>> {
+        self.id_call("llvm.amdgcn.workgroup.id.y")
+    }
+
+    /// Makes a value wave-uniform (an SGPR) by reading lane 0; the caller asserts it is uniform.
+    pub fn readfirstlane(&self, v: Int<'_, 'ctx>) -> Result<Int<'_, 'ctx>> {
+        let r = self
+            .call_intrinsic(
+                "llvm.amdgcn.readfirstlane.i32",
+                &[self.ctx.i32_type().into()],
+                &[v.value().into()],
+            )?
+            .ok_or_else(|| DslError::Builder("readfirstlane returned nothing".into()))?;
+        Ok(Int::new(self, r.into_int_value()))
+    }
+
+    /// A mutable variable of type `ty`, initialised to `init`. Variables live in allocas that
+    /// LLVM's SROA promotes to registers; they are how loops carry state.
+    pub fn var<T: BasicType<'ctx>>(&self, ty: T, init: BasicValueEnum<'ctx>) -> Result<Var<'ctx>> {
+        let ty = ty.as_basic_type_enum();
+        let here = self.builder.get_insert_block();
+        // Allocas belong at the top of the entry block, or SROA will not promote them.
+        match self.entry.get_first_instruction() {
+            Some(first) => self.builder.position_before(&first),
+            None => self.builder.position_at_end(self.entry),
+        }
+        let ptr = self.builder.build_alloca(ty, &self.fresh("var"))?;
+        if let Some(bb) = here {
+            self.builder.position_at_end(bb);
+        }
+        self.builder.build_store(ptr, init)?;
+        Ok(Var { ptr, ty })
+    }
+
+    /// Reads a variable.
+    pub fn get(&self, var: &Var<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        Ok(self.builder.build_load(var.ty, var.ptr, "")?)
+    }
+
+    /// Writes a variable.
+    pub fn set(&self, var: &Var<'ctx>, v: BasicValueEnum<'ctx>) -> Result<()> {
+        self.builder.build_store(var.ptr, v)?;
+        Ok(())
+    }
+
+    /// `for (i = start; i < end; i += step) body(i)`, as a structured loop. `step` must be
+    /// positive. When `start < end` is not known, the loop is guarded.
+    pub fn for_range<'k>(
+        &'k self,
+        start: Int<'k, 'ctx>,
+        end: Int<'k, 'ctx>,
+        step: i64,
+        mut body: impl FnMut(Int<'k, 'ctx>) -> Result<()>,
+    ) -> Result<()> {
+        if step <= 0 {
+            return Err(DslError::Operand {
+                op: "for_range",
+                rule: format!("step {step} must be positive"),
+            });
+        }
+        let i32t = self.ctx.i32_type();
+        let pre = self
+            .builder
+            .get_insert_block()
+            .ok_or_else(|| DslError::Builder("no insert block".into()))?;
+        let header = self.ctx.append_basic_block(self.func, &self.fresh("loop"));
+        let exit = self
+            .ctx
+            .append_basic_block(self.func, &self.fresh("loop_exit"));
+        let enter =
+            self.builder
+                .build_int_compare(IntPredicate::SLT, start.value(), end.value(), "")?;
+        self.builder.build_conditional_branch(enter, header, exit)?;
+        self.builder.position_at_end(header);
+        let phi = self.builder.build_phi(i32t, &self.fresh("i"))?;
+        phi.add_incoming(&[(&start.value(), pre)]);
+        let i = Int::new(self, phi.as_basic_value().into_int_value());
+        body(i)?;
+        let next =
+            self.builder
+                .build_int_nsw_add(i.value(), i32t.const_int(step as u64, false), "")?;
+        let latch = self
+            .builder
+            .get_insert_block()
+            .ok_or_else(|| DslError::Builder("no insert block".into()))?;
+        phi.add_incoming(&[(&next, latch)]);
+        let again = self
+            .builder
+            .build_int_compare(IntPredicate::SLT, next, end.value(), "")?;
+        self.builder.build_conditional_branch(again, header, exit)?;
+        self.builder.position_at_end(exit);
+        Ok(())
+    }
+
+    /// `if cond { then() }`.
+    pub fn if_then(&self, cond: IntValue<'ctx>, then: impl FnOnce() -> Result<()>) -> Result<()> {
+        let body = self.ctx.append_basic_block(self.func, &self.fresh("then"));
+        let join = self.ctx.append_basic_block(self.func, &self.fresh("endif"));
+        self.builder.build_conditional_branch(cond, body, join)?;
+        self.builder.position_at_end(body);
+        then()?;
+        self.builder.build_unconditional_branch(join)?;
+        self.builder.position_at_end(join);
+        Ok(())
+    }
+
+    /// `if cond { then() } else { otherwise() }`.
+    pub fn if_else(
+        &self,
+        cond: IntValue<'ctx>,
+        then: impl FnOnce() -> Result<()>,
+        otherwise: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let a = self.ctx.append_basic_block(self.func, &self.fresh("then"));
+        let b = self.ctx.append_basic_block(self.func, &self.fresh("else"));
+        let join = self.ctx.append_basic_block(self.func, &self.fresh("endif"));
+        self.builder.build_conditional_branch(cond, a, b)?;
+        self.builder.position_at_end(a);
+        then()?;
+        self.builder.build_unconditional_branch(join)?;
+        self.builder.position_at_end(b);
+        otherwise()?;
+        self.builder.build_unconditional_branch(join)?;
+        self.builder.position_at_end(join);
+        Ok(())
+    }
+
+    /// Finishes the body with `ret void`.
+    pub fn finish(&self) -> Result<()> {
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// The builder, for operations this crate does not wrap.
+    pub fn builder(&self) -> &Builder<'ctx> {
+        &self.builder
+    }
+
+    /// Bitcast helper.
+    pub fn bitcast<T: BasicType<'ctx>>(
+        &self,
+        v: BasicValueEnum<'ctx>,
+        ty: T,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        Ok(self.builder.build_bit_cast(v, ty, "")?)
+    }
+
+    /// The value as a `BasicValueEnum`.
+    pub fn basic(v: impl BasicValue<'ctx>) -> BasicValueEnum<'ctx> {
+        v.as_basic_value_enum()
+    }
+}
+
+fn enum_attr(ctx: &Context, name: &str, val: u64) -> Attribute {
+    ctx.create_enum_attribute(Attribute::get_named_enum_kind_id(name), val)
+}
+
+/// A mutable variable (see [`Kernel::var`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Var<'ctx> {
+    ptr: PointerValue<'ctx>,
+    ty: BasicTypeEnum<'ctx>,
+}

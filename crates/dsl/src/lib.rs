@@ -1,0 +1,24 @@
+//! tilegen-dsl: a kernel builder over inkwell (LLVM 22) for gfx950.
+//!
+//! A [`Kernel`] wraps an LLVM module with one `amdgpu_kernel` function. Index arithmetic is
+//! done with [`Int`], which implements `tilegen_layout::IndexValue`, so layouts compute device
+//! addresses with their static parts folded at generation time. [`compile`] runs O3 and codegen
+//! and links the object into a loadable code object in process.
+#![deny(missing_docs)]
+
+mod compile;
+mod error;
+mod int;
+pub mod intrinsics;
+mod kernel;
+pub mod link;
+mod mem;
+mod mfma;
+pub mod target;
+
+pub use compile::{CompileOptions, Compiled, Timings, compile};
+pub use error::{DslError, Result};
+pub use int::Int;
+pub use kernel::{Kernel, KernelAttrs, Param, Var};
+pub use mem::{Buffer, CachePolicy, Lds, RAW_BUFFER_FLAGS};
+pub use mfma::{MfmaOperand, MfmaShape, MxFormat, sched, waitcnt_vmcnt};

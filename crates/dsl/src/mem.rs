@@ -1,0 +1,373 @@
+//! Memory: buffer resources and raw buffer access, direct buffer-to-LDS loads, LDS allocations
+//! and access (incl. transposing reads), and workgroup barriers.
+
+use inkwell::AddressSpace;
+use inkwell::AtomicOrdering;
+use inkwell::llvm_sys;
+use inkwell::module::Linkage;
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::{AsValueRef, BasicValue, BasicValueEnum, PointerValue};
+
+use crate::error::{DslError, Result};
+use crate::int::Int;
+use crate::kernel::Kernel;
+use crate::target::{self, addrspace};
+
+/// Cache policy of a buffer access, as gfx950's `sc0`/`sc1`/`nt` bits (CDNA3/4 memory model:
+/// `sc0`/`sc1` set the coherence scope, `nt` marks streaming data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CachePolicy {
+    /// Cache at every level (no bits).
+    #[default]
+    Always,
+    /// Agent scope (`sc1`): bypass the CU's vector L1, keep in L2.
+    Global,
+    /// Non-temporal (`nt`): streamed once, do not keep.
+    Streaming,
+    /// System scope (`sc0 sc1`): every access goes to memory.
+    Volatile,
+}
+
+impl CachePolicy {
+    /// The `aux` operand of the `llvm.amdgcn.raw.ptr.buffer.*` intrinsics (LLVM's CPol bits:
+    /// SC0 = 1, NT = 2, SC1 = 16).
+    pub fn aux_bits(self) -> u64 {
+        match self {
+            CachePolicy::Always => 0,
+            CachePolicy::Global => 16,
+            CachePolicy::Streaming => 2,
+            CachePolicy::Volatile => 17,
+        }
+    }
+
+    /// The flags as the disassembler prints them.
+    pub fn asm_flags(self) -> &'static str {
+        match self {
+            CachePolicy::Always => "",
+            CachePolicy::Global => "sc1",
+            CachePolicy::Streaming => "nt",
+            CachePolicy::Volatile => "sc0 sc1",
+        }
+    }
+}
+
+/// Word 3 of a raw buffer resource: 32-bit data format, float number format. GFX9-family
+/// hardware treats an INVALID data format as an unusable buffer, so raw buffers still name one.
+pub const RAW_BUFFER_FLAGS: u64 = 0x0002_7000;
+
+/// A buffer resource (V#) over a global allocation: accesses at or past `num_records` bytes
+/// read 0 and drop writes, which is how kernels mask tails without branches.
+#[derive(Debug, Clone, Copy)]
+pub struct Buffer<'ctx> {
+    rsrc: PointerValue<'ctx>,
+    /// Default cache policy of this buffer's accesses.
+    pub policy: CachePolicy,
+}
+
+/// An LDS allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct Lds<'ctx> {
+    ptr: PointerValue<'ctx>,
+    /// Size in bytes.
+    pub bytes: u32,
+    /// Byte offset of this allocation from the start of the kernel's static LDS, when the
+    /// allocator knows it (allocations are laid out in order).
+    pub align: u32,
+}
+
+impl<'ctx> Lds<'ctx> {
+    /// The allocation's base pointer (`ptr addrspace(3)`).
+    pub fn ptr(&self) -> PointerValue<'ctx> {
+        self.ptr
+    }
+}
+
+impl<'ctx> Kernel<'ctx> {
+    /// A raw buffer resource of `num_records` bytes over `base`.
+    pub fn buffer(
+        &self,
+        base: PointerValue<'ctx>,
+        num_records: Int<'_, 'ctx>,
+        policy: CachePolicy,
+    ) -> Result<Buffer<'ctx>> {
+        let i64t = self.ctx.i64_type();
+        let n = self
+            .builder
+            .build_int_z_extend(num_records.value(), i64t, "")?;
+        let rsrc_t = self
+            .ctx
+            .ptr_type(AddressSpace::from(addrspace::BUFFER_RSRC));
+        let r = self
+            .call_intrinsic(
+                "llvm.amdgcn.make.buffer.rsrc",
+                &[rsrc_t.into(), base.get_type().into()],
+                &[
+                    base.into(),
+                    self.ctx.i16_type().const_zero().into(),
+                    n.into(),
+                    self.ctx
+                        .i32_type()
+                        .const_int(RAW_BUFFER_FLAGS, false)
+                        .into(),
+                ],
+            )?
+            .ok_or_else(|| DslError::Builder("make.buffer.rsrc returned nothing".into()))?;
+        Ok(Buffer {
+            rsrc: r.into_pointer_value(),
+            policy,
+        })
+    }
+
+    fn dword_type(&self, dwords: u32) -> Result<BasicTypeEnum<'ctx>> {
+        let i32t = self.ctx.i32_type();
+        Ok(match dwords {
+            1 => i32t.into(),
+            2..=4 => i32t.vec_type(dwords).into(),
+            _ => {
+                return Err(DslError::Operand {
+                    op: "buffer access",
+                    rule: format!("{dwords} dwords: a buffer access moves 1 to 4 dwords"),
+                });
+            }
+        })
+    }
+
+    /// `buffer_load_dword[xN]`: `dwords` dwords at byte `voffset + soffset` (per lane
+    /// `voffset`, wave-uniform `soffset`). Returns `i32` or `<N x i32>`.
+    pub fn buffer_load(
+        &self,
+        buf: &Buffer<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+        dwords: u32,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        self.buffer_load_with(buf, voffset, soffset, dwords, buf.policy)
+    }
+
+    /// [`Kernel::buffer_load`] with an explicit cache policy.
+    pub fn buffer_load_with(
+        &self,
+        buf: &Buffer<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+        dwords: u32,
+        policy: CachePolicy,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let ty = self.dword_type(dwords)?;
+        let aux = self.ctx.i32_type().const_int(policy.aux_bits(), false);
+        self.call_intrinsic(
+            "llvm.amdgcn.raw.ptr.buffer.load",
+            &[ty],
+            &[
+                buf.rsrc.into(),
+                voffset.value().into(),
+                soffset.value().into(),
+                aux.into(),
+            ],
+        )?
+        .ok_or_else(|| DslError::Builder("buffer load returned nothing".into()))
+    }
+
+    /// `buffer_store_*`: stores `value` (any 1..4-dword scalar or vector type) at byte
+    /// `voffset + soffset`.
+    pub fn buffer_store(
+        &self,
+        buf: &Buffer<'ctx>,
+        value: BasicValueEnum<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+    ) -> Result<()> {
+        let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
+        self.call_intrinsic(
+            "llvm.amdgcn.raw.ptr.buffer.store",
+            &[value.get_type()],
+            &[
+                value.into(),
+                buf.rsrc.into(),
+                voffset.value().into(),
+                soffset.value().into(),
+                aux.into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `buffer_load_dword* ... lds`: each lane loads `bytes` (4, 12 or 16) from the buffer at
+    /// `voffset + soffset` and the wave writes them to LDS at `lds + lds_offset + lane * bytes`
+    /// without touching VGPRs. `lds_offset` must be wave-uniform and static.
+    pub fn buffer_load_to_lds(
+        &self,
+        buf: &Buffer<'ctx>,
+        lds: &Lds<'ctx>,
+        lds_offset: u32,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+        bytes: u32,
+    ) -> Result<()> {
+        if !matches!(bytes, 1 | 2 | 4 | 12 | 16) {
+            return Err(DslError::Operand {
+                op: "buffer_load_to_lds",
+                rule: format!("{bytes} bytes per lane: gfx950 moves 1, 2, 4, 12 or 16"),
+            });
+        }
+        let i32t = self.ctx.i32_type();
+        let aux = i32t.const_int(buf.policy.aux_bits(), false);
+        self.call_intrinsic(
+            "llvm.amdgcn.raw.ptr.buffer.load.lds",
+            &[],
+            &[
+                buf.rsrc.into(),
+                lds.ptr.into(),
+                i32t.const_int(bytes as u64, false).into(),
+                voffset.value().into(),
+                soffset.value().into(),
+                i32t.const_int(lds_offset as u64, false).into(),
+                aux.into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A static LDS allocation of `bytes` bytes aligned to `align`, counted against gfx950's
+    /// 160 KB budget.
+    pub fn lds_alloc(&self, name: &str, bytes: u32, align: u32) -> Result<Lds<'ctx>> {
+        let used = self.lds_used.get();
+        let start = used.div_ceil(align.max(1)) * align.max(1);
+        if start as u64 + bytes as u64 > target::LDS_BYTES as u64 {
+            return Err(DslError::LdsBudget {
+                name: name.to_string(),
+                requested: bytes,
+                used,
+                limit: target::LDS_BYTES,
+            });
+        }
+        self.lds_used.set(start + bytes);
+        self.lds_allocs.borrow_mut().push((name.to_string(), bytes));
+        let ty = self.ctx.i8_type().array_type(bytes);
+        let g = self
+            .module
+            .add_global(ty, Some(AddressSpace::from(addrspace::LDS)), name);
+        g.set_linkage(Linkage::Internal);
+        g.set_initializer(&ty.get_poison());
+        g.set_alignment(align);
+        Ok(Lds {
+            ptr: g.as_pointer_value(),
+            bytes,
+            align,
+        })
+    }
+
+    /// LDS bytes allocated so far.
+    pub fn lds_bytes(&self) -> u32 {
+        self.lds_used.get()
+    }
+
+    fn lds_ptr(&self, lds: &Lds<'ctx>, offset: Int<'_, 'ctx>) -> Result<PointerValue<'ctx>> {
+        // SAFETY: a byte GEP within the allocation; out-of-range offsets are an LDS fault at run
+        // time, not host UB.
+        Ok(unsafe {
+            self.builder
+                .build_in_bounds_gep(self.ctx.i8_type(), lds.ptr, &[offset.value()], "")?
+        })
+    }
+
+    /// Loads `ty` from LDS at byte `offset` with alignment `align`.
+    pub fn lds_load<T: BasicType<'ctx>>(
+        &self,
+        lds: &Lds<'ctx>,
+        offset: Int<'_, 'ctx>,
+        ty: T,
+        align: u32,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let p = self.lds_ptr(lds, offset)?;
+        let v = self.builder.build_load(ty, p, "")?;
+        set_alignment(v, align);
+        Ok(v)
+    }
+
+    /// Stores `value` to LDS at byte `offset` with alignment `align`.
+    pub fn lds_store(
+        &self,
+        lds: &Lds<'ctx>,
+        offset: Int<'_, 'ctx>,
+        value: BasicValueEnum<'ctx>,
+        align: u32,
+    ) -> Result<()> {
+        let p = self.lds_ptr(lds, offset)?;
+        let st = self.builder.build_store(p, value)?;
+        st.set_alignment(align)
+            .map_err(|e| DslError::Builder(e.to_string()))?;
+        Ok(())
+    }
+
+    /// `ds_read_b64_tr_b{4,8,16}` (`bits` 4, 8 or 16): an 8-byte read per lane, transposed
+    /// within each 16-lane group. Returns `<2 x i32>`.
+    pub fn lds_load_tr_b64(
+        &self,
+        lds: &Lds<'ctx>,
+        offset: Int<'_, 'ctx>,
+        bits: u32,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let (name, ty): (&str, BasicTypeEnum) = match bits {
+            4 => (
+                "llvm.amdgcn.ds.read.tr4.b64",
+                self.ctx.i32_type().vec_type(2).into(),
+            ),
+            8 => (
+                "llvm.amdgcn.ds.read.tr8.b64",
+                self.ctx.i32_type().vec_type(2).into(),
+            ),
+            16 => (
+                "llvm.amdgcn.ds.read.tr16.b64",
+                self.ctx.i16_type().vec_type(4).into(),
+            ),
+            _ => {
+                return Err(DslError::Operand {
+                    op: "lds_load_tr_b64",
+                    rule: format!("element width {bits}: ds_read_b64_tr_b* takes 4, 8 or 16"),
+                });
+            }
+        };
+        let p = self.lds_ptr(lds, offset)?;
+        let v = self
+            .call_intrinsic(name, &[ty], &[p.into()])?
+            .ok_or_else(|| DslError::Builder("ds.read.tr returned nothing".into()))?;
+        self.bitcast(v, self.ctx.i32_type().vec_type(2))
+    }
+
+    /// A workgroup barrier that also orders LDS and global accesses: `s_barrier` alone does not
+    /// make earlier LDS writes visible, so it is wrapped in workgroup-scope release/acquire
+    /// fences.
+    pub fn barrier(&self) -> Result<()> {
+        self.fence(AtomicOrdering::Release)?;
+        self.call_intrinsic("llvm.amdgcn.s.barrier", &[], &[])?;
+        self.fence(AtomicOrdering::Acquire)
+    }
+
+    fn fence(&self, ordering: AtomicOrdering) -> Result<()> {
+        // inkwell builds only system-scope fences; the workgroup scope needs the C API.
+        let scope = b"workgroup";
+        unsafe {
+            let ctx = self.ctx.raw();
+            let id = llvm_sys::core::LLVMGetSyncScopeID(ctx, scope.as_ptr().cast(), scope.len());
+            let ord = match ordering {
+                AtomicOrdering::Release => llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingRelease,
+                _ => llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingAcquire,
+            };
+            llvm_sys::core::LLVMBuildFenceSyncScope(
+                self.builder.as_mut_ptr(),
+                ord,
+                id,
+                c"".as_ptr(),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn set_alignment(v: BasicValueEnum<'_>, align: u32) {
+    if let Some(inst) = v.as_instruction_value() {
+        // SAFETY: `inst` is a load just built by this builder.
+        unsafe { llvm_sys::core::LLVMSetAlignment(inst.as_value_ref(), align) };
+    }
+}

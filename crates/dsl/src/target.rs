@@ -1,0 +1,66 @@
+//! The gfx950 target: limits the builder checks against, and LLVM's target machine.
+
+use std::sync::Once;
+
+use inkwell::OptimizationLevel;
+use inkwell::targets::{
+    CodeModel, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
+};
+
+use crate::error::{DslError, Result};
+
+/// Target triple of HSA code objects.
+pub const TRIPLE: &str = "amdgcn-amd-amdhsa";
+/// The processor.
+pub const CPU: &str = "gfx950";
+/// LDS bytes per workgroup on gfx950 (160 KB per CU).
+pub const LDS_BYTES: u32 = 160 * 1024;
+/// Lanes per wave.
+pub const WAVE_SIZE: u32 = 64;
+/// Architectural VGPRs per lane (AGPRs come on top, up to the same count).
+pub const MAX_ARCH_VGPRS: u32 = 256;
+/// Unified VGPR + AGPR file per lane.
+pub const MAX_UNIFIED_VGPRS: u32 = 512;
+/// Largest workgroup.
+pub const MAX_WORKGROUP_SIZE: u32 = 1024;
+/// LLVM's calling convention number of `amdgpu_kernel`.
+pub const AMDGPU_KERNEL_CC: u32 = 91;
+
+/// Address spaces of the AMDGPU backend.
+pub mod addrspace {
+    /// Global memory.
+    pub const GLOBAL: u16 = 1;
+    /// LDS (shared memory).
+    pub const LDS: u16 = 3;
+    /// Constant memory (kernarg segment).
+    pub const CONSTANT: u16 = 4;
+    /// Private (scratch).
+    pub const PRIVATE: u16 = 5;
+    /// Buffer resources (`ptr addrspace(8)`).
+    pub const BUFFER_RSRC: u16 = 8;
+}
+
+static INIT: Once = Once::new();
+
+/// LLVM's target machine for gfx950 at O3.
+pub fn target_machine() -> Result<TargetMachine> {
+    INIT.call_once(|| Target::initialize_amd_gpu(&InitializationConfig::default()));
+    let triple = TargetTriple::create(TRIPLE);
+    let target = Target::from_triple(&triple).map_err(|e| DslError::Llvm {
+        stage: "target lookup",
+        message: e.to_string(),
+    })?;
+    target
+        .create_target_machine(
+            &triple,
+            CPU,
+            "",
+            OptimizationLevel::Aggressive,
+            RelocMode::PIC,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| DslError::Llvm {
+            stage: "target machine",
+            message: format!("could not create a target machine for {TRIPLE} {CPU}"),
+        })
+}

@@ -1,0 +1,142 @@
+//! The in-process linker against `ld.lld-22`: both link the same LLVM object; the loadable
+//! contents (code, descriptors, metadata note, dynamic symbols) must agree.
+
+use std::process::Command;
+
+use inkwell::context::Context;
+use tilegen_dsl::{
+    CachePolicy, CompileOptions, Kernel, KernelAttrs, MfmaOperand, MfmaShape, MxFormat, Param,
+    compile,
+};
+
+fn sample_kernel(ctx: &Context) -> tilegen_dsl::Compiled {
+    let params = [
+        Param::GlobalPtr("a".into()),
+        Param::GlobalPtr("b".into()),
+        Param::GlobalPtr("c".into()),
+        Param::I32("n".into()),
+    ];
+    let k = Kernel::new(
+        ctx,
+        "sample",
+        &params,
+        KernelAttrs {
+            workgroup_size: 64,
+            waves_per_eu: None,
+        },
+    )
+    .unwrap();
+    let n = k.i32_param("n").unwrap();
+    let bytes = n * 16;
+    let a = k
+        .buffer(k.ptr_param("a").unwrap(), bytes, CachePolicy::Always)
+        .unwrap();
+    let b = k
+        .buffer(k.ptr_param("b").unwrap(), bytes, CachePolicy::Streaming)
+        .unwrap();
+    let c = k
+        .buffer(k.ptr_param("c").unwrap(), bytes, CachePolicy::Always)
+        .unwrap();
+    let lds = k.lds_alloc("a_tile", 1024, 16).unwrap();
+    let tid = k.thread_id().unwrap();
+    let off = tid * 16;
+    let zero = k.i32(0);
+    k.buffer_load_to_lds(&a, &lds, 0, off, zero, 16).unwrap();
+    k.barrier().unwrap();
+    let i32x4 = ctx.i32_type().vec_type(4);
+    let av = k.lds_load(&lds, off, i32x4, 16).unwrap();
+    let bv = k.buffer_load(&b, off, zero, 4).unwrap();
+    let sc = k
+        .buffer_load(&b, tid * 4, k.i32(1024), 1)
+        .unwrap()
+        .into_int_value();
+    let scale = tilegen_dsl::Int::from_value(&k, sc);
+    let acc = ctx.f32_type().vec_type(4).const_zero().into();
+    let r = k
+        .mfma_scale(
+            MfmaShape::M16N16K128,
+            MfmaOperand {
+                data: bv,
+                format: MxFormat::Fp4,
+                scale,
+                scale_byte: 1,
+            },
+            MfmaOperand {
+                data: av,
+                format: MxFormat::Fp4,
+                scale,
+                scale_byte: 2,
+            },
+            acc,
+        )
+        .unwrap();
+    k.buffer_store(&c, r, off, zero).unwrap();
+    k.finish().unwrap();
+    compile(
+        &k,
+        CompileOptions {
+            emit_asm: true,
+            emit_ir: true,
+            code_object_v5: false,
+        },
+    )
+    .unwrap()
+}
+
+fn readelf(args: &[&str], path: &std::path::Path) -> String {
+    let out = Command::new("llvm-readelf-22")
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("llvm-readelf-22 (run cargo xtask setup)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn in_process_link_matches_lld() {
+    let ctx = Context::create();
+    let compiled = sample_kernel(&ctx);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = dir.path().join("k.o");
+    let ours = dir.path().join("ours.hsaco");
+    let lld = dir.path().join("lld.hsaco");
+    std::fs::write(&obj, &compiled.object).unwrap();
+    std::fs::write(&ours, &compiled.code_object).unwrap();
+    let st = Command::new("ld.lld-22")
+        .arg("-shared")
+        .arg(&obj)
+        .arg("-o")
+        .arg(&lld)
+        .status()
+        .expect("ld.lld-22");
+    assert!(st.success());
+    // Same segments, dynamic table, notes (metadata), dynamic symbols and loaded contents.
+    for args in [
+        &["-l", "--dynamic"][..],
+        &["--notes"][..],
+        &["--dyn-symbols"][..],
+        &["-x", ".text"][..],
+        &["-x", ".rodata"][..],
+        &["-x", ".hash", "-x", ".gnu.hash", "-x", ".dynstr"][..],
+    ] {
+        // Non-allocated sections (symbol tables, lld's .comment) are not part of what loads.
+        let loaded = |s: String, p: &std::path::Path| {
+            s.replace(p.to_str().unwrap(), "F")
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("None"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let a = loaded(readelf(args, &ours), &ours);
+        let b = loaded(readelf(args, &lld), &lld);
+        assert_eq!(a, b, "llvm-readelf {args:?} differs");
+    }
+    let asm = compiled.asm.unwrap();
+    assert!(asm.contains("v_mfma_scale_f32_16x16x128_f8f6f4"), "{asm}");
+    assert!(asm.contains("offen lds"), "{asm}");
+}
