@@ -292,6 +292,65 @@ fn demo(extra: &[String]) -> Result<()> {
         cargo().args(["build", "--release", "-q", "-p", "tilegen-cli"]),
         "cargo build",
     )?;
+    run(
+        cargo().args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "tilegen",
+            "--example",
+            "synth_weights",
+        ]),
+        "cargo build",
+    )?;
+    let out = root().join("target/demo");
+    fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let bin = root().join("target/release/tilegen");
-    run(Command::new(bin).arg("demo").args(extra), "tilegen demo")
+    let weights = out.join("gpt-oss-like.safetensors");
+    let pre = out.join("gpt-oss-like.pre.safetensors");
+    let back = out.join("gpt-oss-like.back.safetensors");
+    step("1/3 synthesising MXFP4 weights shaped like a gpt-oss MoE layer");
+    run(
+        Command::new(root().join("target/release/examples/synth_weights")).arg(&weights),
+        "synth_weights",
+    )?;
+    step("2/3 preshuffling them for preshuffled-B kernels, then back");
+    run(
+        Command::new(&bin)
+            .arg("preshuffle")
+            .arg(&weights)
+            .arg("-o")
+            .arg(&pre)
+            .args(extra),
+        "tilegen preshuffle",
+    )?;
+    run(
+        Command::new(&bin)
+            .arg("unshuffle")
+            .arg(&pre)
+            .arg("-o")
+            .arg(&back),
+        "tilegen unshuffle",
+    )?;
+    step("3/3 checking the round trip");
+    let (a, b) = (
+        fs::read(&weights).map_err(|e| e.to_string())?,
+        fs::read(&back).map_err(|e| e.to_string())?,
+    );
+    if a != b {
+        return Err(format!(
+            "{} and {} differ: the round trip is not exact",
+            weights.display(),
+            back.display()
+        ));
+    }
+    println!(
+        "round trip exact: {} bytes identical ({} -> {} -> {})",
+        a.len(),
+        weights.display(),
+        pre.display(),
+        back.display()
+    );
+    Ok(())
 }

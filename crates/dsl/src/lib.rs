@@ -15,6 +15,7 @@ pub mod link;
 mod mem;
 mod mfma;
 pub mod target;
+mod tensor;
 
 pub use compile::{CompileOptions, Compiled, Timings, compile};
 pub use error::{DslError, Result};
@@ -22,3 +23,4 @@ pub use int::Int;
 pub use kernel::{Kernel, KernelAttrs, Param, Var};
 pub use mem::{Buffer, CachePolicy, Lds, RAW_BUFFER_FLAGS};
 pub use mfma::{MfmaOperand, MfmaShape, MxFormat, sched, waitcnt_vmcnt};
+pub use tensor::{DevIdx, DevLayout, Storage, TileTensor};

@@ -70,8 +70,7 @@ pub struct Lds<'ctx> {
     ptr: PointerValue<'ctx>,
     /// Size in bytes.
     pub bytes: u32,
-    /// Byte offset of this allocation from the start of the kernel's static LDS, when the
-    /// allocator knows it (allocations are laid out in order).
+    /// Alignment in bytes.
     pub align: u32,
 }
 
@@ -192,14 +191,15 @@ impl<'ctx> Kernel<'ctx> {
         Ok(())
     }
 
-    /// `buffer_load_dword* ... lds`: each lane loads `bytes` (4, 12 or 16) from the buffer at
-    /// `voffset + soffset` and the wave writes them to LDS at `lds + lds_offset + lane * bytes`
-    /// without touching VGPRs. `lds_offset` must be wave-uniform and static.
+    /// `buffer_load_dword* ... lds`: each lane loads `bytes` (1, 2, 4, 12 or 16) from the buffer
+    /// at `voffset + soffset`, and the wave writes them to LDS at
+    /// `lds + lds_offset + lane * bytes` without touching VGPRs. `lds_offset` must be
+    /// wave-uniform (it becomes M0).
     pub fn buffer_load_to_lds(
         &self,
         buf: &Buffer<'ctx>,
         lds: &Lds<'ctx>,
-        lds_offset: u32,
+        lds_offset: Int<'_, 'ctx>,
         voffset: Int<'_, 'ctx>,
         soffset: Int<'_, 'ctx>,
         bytes: u32,
@@ -212,16 +212,17 @@ impl<'ctx> Kernel<'ctx> {
         }
         let i32t = self.ctx.i32_type();
         let aux = i32t.const_int(buf.policy.aux_bits(), false);
+        let dst = self.lds_ptr(lds, lds_offset)?;
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.load.lds",
             &[],
             &[
                 buf.rsrc.into(),
-                lds.ptr.into(),
+                dst.into(),
                 i32t.const_int(bytes as u64, false).into(),
                 voffset.value().into(),
                 soffset.value().into(),
-                i32t.const_int(lds_offset as u64, false).into(),
+                i32t.const_zero().into(),
                 aux.into(),
             ],
         )?;

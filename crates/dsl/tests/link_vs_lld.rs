@@ -41,7 +41,7 @@ fn sample_kernel(ctx: &Context) -> tilegen_dsl::Compiled {
     let tid = k.thread_id().unwrap();
     let off = tid * 16;
     let zero = k.i32(0);
-    k.buffer_load_to_lds(&a, &lds, 0, off, zero, 16).unwrap();
+    k.buffer_load_to_lds(&a, &lds, zero, off, zero, 16).unwrap();
     k.barrier().unwrap();
     let i32x4 = ctx.i32_type().vec_type(4);
     let av = k.lds_load(&lds, off, i32x4, 16).unwrap();

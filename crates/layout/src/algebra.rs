@@ -88,7 +88,22 @@ impl<T: IndexValue> Layout<T> {
         if d == 0 {
             return Ok(Layout::leaf(s, 0));
         }
-        let flat = self.coalesce().static_shape_leaf_modes(OP)?;
+        // Only the shapes of all but the last mode matter: the last mode extends without bound,
+        // so a run-time extent there (e.g. a dynamic row count) is fine.
+        let modes = self.coalesce().leaf_modes();
+        let last_mode = modes.len() - 1;
+        let flat: Vec<(i64, Idx<T>)> = modes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (s, d))| match s.static_value() {
+                Some(s) => Ok((s, d)),
+                None if i == last_mode => Ok((i64::MAX, d)),
+                None => Err(LayoutError::Dynamic {
+                    op: OP,
+                    layout: self.describe(),
+                }),
+            })
+            .collect::<Result<_, _>>()?;
         // Divide out the stride: skip the first `d` elements' worth of modes.
         let mut rest_stride = d;
         let mut divided: Vec<(i64, Idx<T>)> = Vec::new();
@@ -374,6 +389,20 @@ mod tests {
         let r = a.compose(&l((2, 4), (1, 2))).unwrap();
         assert_eq!(r.call(3), Idx::Dynamic(300));
         assert_eq!(r.call(5), Idx::Dynamic(300 + 200));
+    }
+
+    #[test]
+    fn composition_with_runtime_extent_in_last_mode() {
+        // Rows of a [M, 64] row-major matrix with M known only at run time, 16 at a time.
+        let a: Layout = Layout::new((Idx::Dynamic(1000), 64), (64, 1)).unwrap();
+        let rows = a.mode(0).unwrap().compose(&l(16, 1)).unwrap();
+        assert_eq!(rows.to_string(), "16:64");
+        // A run-time extent before the last mode cannot be divided through.
+        let b: Layout = Layout::new((Idx::Dynamic(8), 64), (1, 8)).unwrap();
+        assert!(matches!(
+            b.compose(&l(16, 1)),
+            Err(LayoutError::Dynamic { .. })
+        ));
     }
 
     #[test]

@@ -261,23 +261,6 @@ impl<T: IndexValue> Layout<T> {
             .collect()
     }
 
-    /// Leaves with a static shape and a possibly dynamic stride, or an error naming `op`.
-    pub(crate) fn static_shape_leaf_modes(
-        &self,
-        op: &'static str,
-    ) -> Result<Vec<(i64, Idx<T>)>, LayoutError> {
-        self.leaf_modes()
-            .into_iter()
-            .map(|(s, d)| match s.static_value() {
-                Some(s) => Ok((s, d)),
-                None => Err(LayoutError::Dynamic {
-                    op,
-                    layout: self.describe(),
-                }),
-            })
-            .collect()
-    }
-
     /// A layout from flat `(shape, stride)` modes: a leaf for one mode, `1:0` for none.
     pub(crate) fn from_flat_modes(modes: Vec<(Idx<T>, Idx<T>)>) -> Layout<T> {
         match modes.len() {

@@ -11,8 +11,10 @@ mod coord;
 mod error;
 mod int;
 mod layout;
+mod walk;
 
 pub use coord::Coord;
 pub use error::LayoutError;
 pub use int::{Idx, IndexValue};
 pub use layout::Layout;
+pub use walk::{CopyMode, CopyOrder, CopyPlan, Odometer, WalkError};
