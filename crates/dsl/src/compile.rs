@@ -10,8 +10,8 @@ use inkwell::targets::{FileType, TargetMachine};
 
 use crate::error::{DslError, Result};
 use crate::kernel::Kernel;
-use crate::link;
 use crate::target;
+use tilegen_codeobj::link;
 
 /// What to produce besides the code object.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,7 +65,7 @@ thread_local! {
     static MACHINE: RefCell<Option<TargetMachine>> = const { RefCell::new(None) };
 }
 
-fn with_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R>) -> Result<R> {
+pub(crate) fn with_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R>) -> Result<R> {
     MACHINE.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {

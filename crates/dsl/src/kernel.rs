@@ -79,6 +79,12 @@ impl<'ctx> Kernel<'ctx> {
         }
         let module = ctx.create_module(name);
         module.set_triple(&inkwell::targets::TargetTriple::create(target::TRIPLE));
+        // The data layout must be set before building: it puts allocas in the private address
+        // space (5), as the AMDGPU backend requires.
+        crate::compile::with_machine(|tm| {
+            module.set_data_layout(&tm.get_target_data().get_data_layout());
+            Ok(())
+        })?;
         let global_ptr = ctx.ptr_type(AddressSpace::from(addrspace::GLOBAL));
         let arg_types: Vec<_> = params
             .iter()

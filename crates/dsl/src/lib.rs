@@ -11,7 +11,6 @@ mod error;
 mod int;
 pub mod intrinsics;
 mod kernel;
-pub mod link;
 mod mem;
 mod mfma;
 pub mod target;

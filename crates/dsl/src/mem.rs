@@ -345,9 +345,37 @@ impl<'ctx> Kernel<'ctx> {
         self.fence(AtomicOrdering::Acquire)
     }
 
+    /// A workgroup barrier that orders LDS only: its fences carry the `amdgpu-as` = `local`
+    /// memory-model relaxation, so the compiler waits for outstanding LDS operations but leaves
+    /// vector-memory loads into registers in flight across it. Data written to LDS by
+    /// `buffer_load ... lds` is *not* covered: wait for those loads explicitly before.
+    pub fn barrier_lds_only(&self) -> Result<()> {
+        let local = Some(self.lds_only_mmra());
+        self.fence_with(AtomicOrdering::Release, local)?;
+        self.call_intrinsic("llvm.amdgcn.s.barrier", &[], &[])?;
+        self.fence_with(AtomicOrdering::Acquire, local)
+    }
+
+    fn lds_only_mmra(&self) -> inkwell::values::MetadataValue<'ctx> {
+        let tag = [
+            self.ctx.metadata_string("amdgpu-as").into(),
+            self.ctx.metadata_string("local").into(),
+        ];
+        self.ctx.metadata_node(&tag)
+    }
+
     fn fence(&self, ordering: AtomicOrdering) -> Result<()> {
+        self.fence_with(ordering, None)
+    }
+
+    fn fence_with(
+        &self,
+        ordering: AtomicOrdering,
+        mmra: Option<inkwell::values::MetadataValue<'ctx>>,
+    ) -> Result<()> {
         // inkwell builds only system-scope fences; the workgroup scope needs the C API.
         let scope = b"workgroup";
+        // SAFETY: plain LLVM C API calls on this kernel's live context and builder.
         unsafe {
             let ctx = self.ctx.raw();
             let id = llvm_sys::core::LLVMGetSyncScopeID(ctx, scope.as_ptr().cast(), scope.len());
@@ -355,12 +383,21 @@ impl<'ctx> Kernel<'ctx> {
                 AtomicOrdering::Release => llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingRelease,
                 _ => llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingAcquire,
             };
-            llvm_sys::core::LLVMBuildFenceSyncScope(
+            let fence = llvm_sys::core::LLVMBuildFenceSyncScope(
                 self.builder.as_mut_ptr(),
                 ord,
                 id,
                 c"".as_ptr(),
             );
+            if let Some(md) = mmra {
+                let kind = b"mmra";
+                let kind_id = llvm_sys::core::LLVMGetMDKindIDInContext(
+                    ctx,
+                    kind.as_ptr().cast(),
+                    kind.len() as u32,
+                );
+                llvm_sys::core::LLVMSetMetadata(fence, kind_id, md.as_value_ref());
+            }
         }
         Ok(())
     }

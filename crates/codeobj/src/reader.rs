@@ -1,0 +1,340 @@
+//! Parsing the ELF container: header checks, segments, symbols, descriptors and the note.
+
+use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
+use object::{
+    Endianness, Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind as ObjSymbolKind,
+};
+use serde::Serialize;
+
+use crate::descriptor::{DESCRIPTOR_BYTES, KernelDescriptor};
+use crate::error::CodeObjectError;
+use crate::metadata::KernelMeta;
+
+/// `EF_AMDGPU_MACH` of gfx950.
+pub const GFX950_MACH: u32 = 0x4f;
+const EM_AMDGPU: u16 = 224;
+const ELFOSABI_AMDGPU_HSA: u8 = 64;
+const NT_AMDGPU_METADATA: u32 = 32;
+const PT_LOAD: u32 = 1;
+
+/// The code object format version (from `EI_ABIVERSION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CodeObjectVersion {
+    /// Version 5 (`EI_ABIVERSION` 3).
+    V5,
+    /// Version 6 (`EI_ABIVERSION` 4), LLVM 22's default.
+    V6,
+}
+
+/// A loadable segment: `file_bytes` at `vaddr`, zero-filled up to `mem_size`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Virtual address (relative to the load base).
+    pub vaddr: u64,
+    /// Bytes from the file.
+    pub file_bytes: Vec<u8>,
+    /// Size in memory.
+    pub mem_size: u64,
+}
+
+/// What a symbol names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SymbolKind {
+    /// Code.
+    Function,
+    /// Data (kernel descriptors are objects).
+    Object,
+    /// Anything else (labels, absolute values).
+    Other,
+}
+
+/// A symbol of the code object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Symbol {
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Kind.
+    pub kind: SymbolKind,
+}
+
+/// A kernel: its metadata, descriptor and code.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// Metadata from the note.
+    pub meta: KernelMeta,
+    /// Address of the descriptor.
+    pub descriptor_address: u64,
+    /// The descriptor.
+    pub descriptor: KernelDescriptor,
+    /// Address of the first instruction.
+    pub entry: u64,
+    /// Size of the kernel's code in bytes (from its symbol).
+    pub code_size: u64,
+}
+
+impl Kernel {
+    /// Name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+}
+
+/// A parsed gfx950 code object.
+#[derive(Debug, Clone)]
+pub struct CodeObject {
+    /// Format version.
+    pub version: CodeObjectVersion,
+    /// `e_flags`.
+    pub e_flags: u32,
+    /// Loadable segments.
+    pub segments: Vec<Segment>,
+    /// `.text` address and bytes.
+    pub text: (u64, Vec<u8>),
+    /// Function and object symbols, by address.
+    pub symbols: Vec<Symbol>,
+    /// Kernels, in metadata order.
+    pub kernels: Vec<Kernel>,
+    /// The whole metadata map.
+    pub metadata: rmpv::Value,
+}
+
+fn elf_err(e: object::Error) -> CodeObjectError {
+    CodeObjectError::Elf(e.to_string())
+}
+
+fn mach_name(mach: u32) -> &'static str {
+    match mach {
+        0x2c => "gfx908",
+        0x2f => "gfx90a",
+        0x4c => "gfx942",
+        0x4f => "gfx950",
+        0x30 => "gfx1030",
+        0x41 => "gfx1100",
+        0x4e => "gfx1200",
+        _ => "unknown",
+    }
+}
+
+impl CodeObject {
+    /// Parses and validates a gfx950 code object.
+    pub fn parse(bytes: &[u8]) -> Result<Self, CodeObjectError> {
+        let file = ElfFile64::<Endianness>::parse(bytes).map_err(elf_err)?;
+        let endian = file.endian();
+        let header = file.elf_header();
+        let ident = header.e_ident();
+        let machine = header.e_machine(endian).0;
+        if machine != EM_AMDGPU {
+            return Err(CodeObjectError::NotAmdgpu(format!(
+                "e_machine is {machine}, not {EM_AMDGPU} (EM_AMDGPU)"
+            )));
+        }
+        if ident.os_abi.0 != ELFOSABI_AMDGPU_HSA {
+            return Err(CodeObjectError::NotAmdgpu(format!(
+                "OS/ABI is {}, not {ELFOSABI_AMDGPU_HSA} (AMDGPU HSA)",
+                ident.os_abi.0
+            )));
+        }
+        // ELFABIVERSION_AMDGPU_HSA_V5 = 3, _V6 = 4 (AMDGPUUsage).
+        let version = match ident.abi_version {
+            3 => CodeObjectVersion::V5,
+            4 => CodeObjectVersion::V6,
+            v => return Err(CodeObjectError::Version(v)),
+        };
+        let e_flags = header.e_flags(endian).0;
+        let mach = e_flags & 0xff;
+        if mach != GFX950_MACH {
+            return Err(CodeObjectError::WrongProcessor {
+                mach,
+                name: mach_name(mach),
+            });
+        }
+        let mut segments = Vec::new();
+        for ph in file.elf_program_headers() {
+            if ph.p_type(endian).0 != PT_LOAD {
+                continue;
+            }
+            let data = ph.data(endian, bytes).map_err(|_| {
+                CodeObjectError::Elf("a PT_LOAD segment lies outside the file".into())
+            })?;
+            segments.push(Segment {
+                vaddr: ph.p_vaddr(endian),
+                file_bytes: data.to_vec(),
+                mem_size: ph.p_memsz(endian),
+            });
+        }
+        let text = file
+            .section_by_name(".text")
+            .ok_or_else(|| CodeObjectError::Elf("no .text section".into()))?;
+        let text = (text.address(), text.data().map_err(elf_err)?.to_vec());
+        let symtab: Vec<_> = if file.symbols().next().is_some() {
+            file.symbols().collect()
+        } else {
+            file.dynamic_symbols().collect()
+        };
+        let mut symbols: Vec<Symbol> = symtab
+            .iter()
+            .filter_map(|s| {
+                let name = s.name().ok()?.to_string();
+                if name.is_empty() || s.is_undefined() {
+                    return None;
+                }
+                let kind = match s.kind() {
+                    ObjSymbolKind::Text => SymbolKind::Function,
+                    ObjSymbolKind::Data => SymbolKind::Object,
+                    _ => SymbolKind::Other,
+                };
+                Some(Symbol {
+                    name,
+                    address: s.address(),
+                    size: s.size(),
+                    kind,
+                })
+            })
+            .collect();
+        symbols.sort_by_key(|s| (s.address, s.name.clone()));
+        let metadata = read_metadata(&file)?;
+        let kernels = kernels(&metadata, &symbols, &segments)?;
+        Ok(CodeObject {
+            version,
+            e_flags,
+            segments,
+            text,
+            symbols,
+            kernels,
+            metadata,
+        })
+    }
+
+    /// The kernel named `name`.
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| k.meta.name == name)
+    }
+
+    /// Reads `len` bytes at `addr` from the loaded image.
+    pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| addr >= s.vaddr && addr + len as u64 <= s.vaddr + s.mem_size)?;
+        let start = (addr - seg.vaddr) as usize;
+        let mut out = vec![0u8; len];
+        let avail = seg.file_bytes.len().saturating_sub(start).min(len);
+        out[..avail].copy_from_slice(&seg.file_bytes[start..start + avail]);
+        Some(out)
+    }
+
+    /// Bytes of the loaded image (`max(vaddr + mem_size)`).
+    pub fn image_size(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| s.vaddr + s.mem_size)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn read_metadata(file: &ElfFile64<'_, Endianness>) -> Result<rmpv::Value, CodeObjectError> {
+    for section in file.sections() {
+        if section.kind() != SectionKind::Note {
+            continue;
+        }
+        let data = section.data().map_err(elf_err)?;
+        let mut at = 0usize;
+        while at + 12 <= data.len() {
+            let word = |o: usize| {
+                u32::from_le_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]) as usize
+            };
+            let (namesz, descsz, ty) = (word(at), word(at + 4), word(at + 8) as u32);
+            let name_at = at + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let end = desc_at + descsz.div_ceil(4) * 4;
+            if desc_at + descsz > data.len() {
+                return Err(CodeObjectError::Metadata(
+                    "a note runs past its section".into(),
+                ));
+            }
+            let name = &data[name_at..name_at + namesz];
+            if ty == NT_AMDGPU_METADATA && name.starts_with(b"AMDGPU") {
+                let mut desc = &data[desc_at..desc_at + descsz];
+                return rmpv::decode::read_value(&mut desc)
+                    .map_err(|e| CodeObjectError::Metadata(format!("msgpack: {e}")));
+            }
+            at = end;
+        }
+    }
+    Err(CodeObjectError::Metadata(
+        "no NT_AMDGPU_METADATA note".into(),
+    ))
+}
+
+fn kernels(
+    metadata: &rmpv::Value,
+    symbols: &[Symbol],
+    segments: &[Segment],
+) -> Result<Vec<Kernel>, CodeObjectError> {
+    let rmpv::Value::Map(top) = metadata else {
+        return Err(CodeObjectError::Metadata(
+            "the metadata is not a map".into(),
+        ));
+    };
+    let list = top
+        .iter()
+        .find(|(k, _)| k.as_str() == Some("amdhsa.kernels"))
+        .map(|(_, v)| v)
+        .ok_or_else(|| CodeObjectError::Metadata("no amdhsa.kernels".into()))?;
+    let rmpv::Value::Array(entries) = list else {
+        return Err(CodeObjectError::Metadata(
+            "amdhsa.kernels is not an array".into(),
+        ));
+    };
+    let image = CodeObject {
+        version: CodeObjectVersion::V6,
+        e_flags: 0,
+        segments: segments.to_vec(),
+        text: (0, Vec::new()),
+        symbols: Vec::new(),
+        kernels: Vec::new(),
+        metadata: rmpv::Value::Nil,
+    };
+    entries
+        .iter()
+        .map(|e| {
+            let meta = KernelMeta::parse(e)?;
+            let problem = |p: String| CodeObjectError::Kernel {
+                kernel: meta.name.clone(),
+                problem: p,
+            };
+            let kd = symbols
+                .iter()
+                .find(|s| s.name == meta.symbol)
+                .ok_or_else(|| problem(format!("no descriptor symbol {}", meta.symbol)))?;
+            let bytes = image.read(kd.address, DESCRIPTOR_BYTES).ok_or_else(|| {
+                problem(format!(
+                    "descriptor at {:#x} is outside the loaded image",
+                    kd.address
+                ))
+            })?;
+            let descriptor =
+                KernelDescriptor::parse(bytes.as_slice().try_into().expect("64 bytes read"));
+            let entry = kd
+                .address
+                .wrapping_add_signed(descriptor.kernel_code_entry_byte_offset);
+            let code_size = symbols
+                .iter()
+                .find(|s| s.address == entry && s.kind == SymbolKind::Function)
+                .map(|s| s.size)
+                .unwrap_or(0);
+            Ok(Kernel {
+                meta,
+                descriptor_address: kd.address,
+                descriptor,
+                entry,
+                code_size,
+            })
+        })
+        .collect()
+}

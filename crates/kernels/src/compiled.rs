@@ -1,0 +1,145 @@
+//! Building a spec into a code object, and what comes back.
+
+use inkwell::context::Context;
+use serde::Serialize;
+use tilegen_dsl::{CompileOptions, Kernel, KernelAttrs, Timings};
+
+use crate::spec::{KernelSpec, SpecError, Variant};
+use crate::{gemm, lds, preb};
+
+/// Resources of a compiled kernel, read back from its code object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceReport {
+    /// Architectural VGPRs per lane.
+    pub vgpr_count: u32,
+    /// AGPRs per lane.
+    pub agpr_count: u32,
+    /// SGPRs per wave.
+    pub sgpr_count: u32,
+    /// VGPRs spilled to scratch.
+    pub vgpr_spill_count: u32,
+    /// SGPRs spilled.
+    pub sgpr_spill_count: u32,
+    /// Static LDS bytes per workgroup.
+    pub lds_bytes: u32,
+    /// Scratch bytes per lane.
+    pub private_bytes: u32,
+    /// Kernel argument bytes.
+    pub kernarg_bytes: u32,
+    /// Work-items per workgroup.
+    pub workgroup_size: u32,
+    /// Waves per SIMD the register and LDS use allow (gfx950: 8 at most).
+    pub occupancy: u32,
+    /// Bytes of machine code.
+    pub code_bytes: u32,
+}
+
+/// A spec compiled to a loadable gfx950 code object.
+#[derive(Debug, Clone)]
+pub struct CompiledKernel {
+    /// The spec.
+    pub spec: KernelSpec,
+    /// Kernel symbol name.
+    pub name: String,
+    /// The code object (`.hsaco`).
+    pub code_object: Vec<u8>,
+    /// LLVM's assembly listing.
+    pub asm: String,
+    /// LLVM IR before optimisation.
+    pub ir: String,
+    /// Resources read back from the code object.
+    pub report: ResourceReport,
+    /// Stable cache key of the spec.
+    pub cache_key: String,
+    /// Compile stage times.
+    pub timings: Timings,
+}
+
+impl KernelSpec {
+    /// Validates the spec and compiles it, in process. Every rule is checked before LLVM runs.
+    pub fn build(&self) -> Result<CompiledKernel, SpecError> {
+        self.build_with(CompileOptions {
+            emit_asm: true,
+            emit_ir: true,
+            code_object_v5: false,
+        })
+    }
+
+    /// [`KernelSpec::build`] with explicit outputs (skip the listing and IR for the fastest
+    /// build).
+    pub fn build_with(&self, options: CompileOptions) -> Result<CompiledKernel, SpecError> {
+        self.validate()?;
+        let ctx = Context::create();
+        let name = self.kernel_name();
+        let attrs = KernelAttrs {
+            workgroup_size: self.threads(),
+            waves_per_eu: None,
+        };
+        let compile_err = |e: tilegen_dsl::DslError| SpecError::Compile {
+            message: e.to_string(),
+        };
+        let k = Kernel::new(&ctx, &name, &gemm::params(), attrs).map_err(compile_err)?;
+        match self.variant {
+            Variant::Preb => preb::build(&k, self),
+            Variant::Lds => lds::build(&k, self),
+        }
+        .and_then(|()| k.finish())
+        .map_err(compile_err)?;
+        let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
+        let report = ResourceReport::read(&out.code_object, &name)
+            .map_err(|message| SpecError::Compile { message })?;
+        Ok(CompiledKernel {
+            spec: self.clone(),
+            name,
+            code_object: out.code_object,
+            asm: out.asm.unwrap_or_default(),
+            ir: out.ir.unwrap_or_default(),
+            report,
+            cache_key: self.cache_key(),
+            timings: out.timings,
+        })
+    }
+}
+
+impl ResourceReport {
+    /// Reads the report of kernel `name` from a code object.
+    pub fn read(code_object: &[u8], name: &str) -> Result<Self, String> {
+        let co = tilegen_codeobj::CodeObject::parse(code_object).map_err(|e| e.to_string())?;
+        let k = co
+            .kernel(name)
+            .ok_or_else(|| format!("the code object has no kernel {name}"))?;
+        let (m, d) = (&k.meta, &k.descriptor);
+        Ok(ResourceReport {
+            vgpr_count: m.vgpr_count,
+            agpr_count: m.agpr_count,
+            sgpr_count: m.sgpr_count,
+            vgpr_spill_count: m.vgpr_spill_count,
+            sgpr_spill_count: m.sgpr_spill_count,
+            lds_bytes: d.group_segment_fixed_size,
+            private_bytes: d.private_segment_fixed_size,
+            kernarg_bytes: m.kernarg_segment_size,
+            workgroup_size: m.max_flat_workgroup_size,
+            occupancy: occupancy(
+                d.allocated_vgprs(),
+                d.group_segment_fixed_size,
+                m.max_flat_workgroup_size,
+            ),
+            code_bytes: k.code_size as u32,
+        })
+    }
+}
+
+/// Waves per SIMD on gfx950: the unified 512-entry register file per lane divided by the
+/// kernel's allocation, and the 160 KB of LDS per CU shared by resident workgroups (4 SIMDs per
+/// CU), at most 8.
+pub fn occupancy(allocated_vgprs: u32, lds_bytes: u32, workgroup_size: u32) -> u32 {
+    let by_regs = 512 / allocated_vgprs.max(8);
+    let waves_per_group = workgroup_size.div_ceil(64).max(1);
+    let by_lds = if lds_bytes == 0 {
+        8
+    } else {
+        let groups_per_cu = (160 * 1024) / lds_bytes;
+        (groups_per_cu * waves_per_group) / 4
+    };
+    by_regs.min(by_lds).min(8)
+}

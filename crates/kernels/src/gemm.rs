@@ -1,0 +1,322 @@
+//! Pieces both GEMM kernels share: the signature and buffers, tile staging into LDS, and the
+//! epilogue that stores accumulators to C.
+
+use inkwell::types::BasicTypeEnum;
+use tilegen_dsl::{Buffer, CachePolicy, Int, Kernel, Lds, Param, Result};
+use tilegen_layout::{Coord, Idx, Layout};
+
+use crate::mma::BlockScaledMmaOp;
+use crate::spec::OutDtype;
+
+/// Kernel parameters, in order. Every GEMM kernel has this signature:
+/// `(c, a, b, sfa, sfb, m, n, k)`.
+pub fn params() -> Vec<Param> {
+    vec![
+        Param::GlobalPtr("c".into()),
+        Param::GlobalPtr("a".into()),
+        Param::GlobalPtr("b".into()),
+        Param::GlobalPtr("sfa".into()),
+        Param::GlobalPtr("sfb".into()),
+        Param::I32("m".into()),
+        Param::I32("n".into()),
+        Param::I32("k".into()),
+    ]
+}
+
+/// The launch's sizes and its work-item coordinates.
+pub struct Ctx<'k, 'ctx> {
+    /// The kernel.
+    pub k: &'k Kernel<'ctx>,
+    /// Rows of A and C.
+    pub m: Int<'k, 'ctx>,
+    /// Rows of B, columns of C.
+    pub n: Int<'k, 'ctx>,
+    /// K in elements.
+    pub kdim: Int<'k, 'ctx>,
+    /// Bytes per row of A/B (K / 2).
+    pub kb: Int<'k, 'ctx>,
+    /// Scales per row (K / 32).
+    pub ks: Int<'k, 'ctx>,
+    /// Work-item id in the workgroup.
+    pub tid: Int<'k, 'ctx>,
+    /// Lane in the wave.
+    pub lane: Int<'k, 'ctx>,
+    /// Wave in the workgroup (wave-uniform, an SGPR).
+    pub wave: Int<'k, 'ctx>,
+    /// Waves per workgroup.
+    pub warps: i64,
+}
+
+impl<'k, 'ctx> Ctx<'k, 'ctx> {
+    /// Reads sizes and ids.
+    pub fn new(k: &'k Kernel<'ctx>, warps: i64) -> Result<Self> {
+        let m = k.i32_param("m")?;
+        let n = k.i32_param("n")?;
+        let kdim = k.i32_param("k")?;
+        let tid = k.thread_id()?;
+        // tid / 64 is the same for every lane of a wave; say so, so it lives in an SGPR.
+        let wave = k.readfirstlane(tid / 64)?;
+        Ok(Ctx {
+            k,
+            m,
+            n,
+            kdim,
+            kb: kdim / 2,
+            ks: kdim / 32,
+            tid,
+            lane: tid % 64,
+            wave,
+            warps,
+        })
+    }
+
+    /// A raw buffer over parameter `name` with `bytes` records.
+    pub fn buffer(
+        &self,
+        name: &str,
+        bytes: Int<'k, 'ctx>,
+        policy: CachePolicy,
+    ) -> Result<Buffer<'ctx>> {
+        self.k.buffer(self.k.ptr_param(name)?, bytes, policy)
+    }
+
+    /// Row-major `[rows, cols]` bytes with run-time extents.
+    pub fn row_major(
+        &self,
+        rows: Int<'k, 'ctx>,
+        cols: Int<'k, 'ctx>,
+        elem: i64,
+    ) -> Layout<Int<'k, 'ctx>> {
+        Layout::new(
+            (rows.idx(), cols.idx()),
+            (cols.idx().mul(&Idx::Static(elem)), Idx::Static(elem)),
+        )
+        .expect("two leaves are congruent with two leaves")
+    }
+}
+
+/// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
+/// from `col0`) into a row-major LDS tile at `lds_base`, 16 bytes per lane. Wave-instruction `i`
+/// moves chunks `64 i .. 64 i + 63`, which are 1 KB of contiguous LDS, so the same mapping works
+/// with `buffer_load ... lds` (`direct`), where each lane's 16 bytes land at `M0 + 16 * lane`.
+#[allow(clippy::too_many_arguments)]
+pub fn stage_tile<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    src: &Buffer<'ctx>,
+    global: &Layout<Int<'k, 'ctx>>,
+    row0: Int<'k, 'ctx>,
+    col0: Int<'k, 'ctx>,
+    lds: &Lds<'ctx>,
+    lds_base: i64,
+    rows: i64,
+    row_bytes: i64,
+    direct: bool,
+) -> Result<()> {
+    let k = cx.k;
+    let chunks_per_row = row_bytes / 16;
+    let instrs = rows * row_bytes / 1024;
+    let per_wave = (instrs + cx.warps - 1) / cx.warps;
+    let local: Layout = Layout::row_major((rows, row_bytes));
+    let lane = cx.lane.idx();
+    for j in 0..per_wave {
+        let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<()> {
+            // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
+            let (u, l) = if chunks_per_row <= 64 {
+                let rpi = 64 / chunks_per_row;
+                (
+                    Coord::from((i.mul(&Idx::Static(rpi)), Idx::Static(0))),
+                    Coord::from((
+                        lane.div(&Idx::Static(chunks_per_row)),
+                        lane.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16)),
+                    )),
+                )
+            } else {
+                let ipr = chunks_per_row / 64;
+                (
+                    Coord::from((
+                        i.div(&Idx::Static(ipr)),
+                        i.rem(&Idx::Static(ipr)).mul(&Idx::Static(1024)),
+                    )),
+                    Coord::from((Idx::Static(0), lane.mul(&Idx::Static(16)))),
+                )
+            };
+            let shift = |c: &Coord<Int<'k, 'ctx>>,
+                         r: &Idx<Int<'k, 'ctx>>,
+                         b: &Idx<Int<'k, 'ctx>>| match c {
+                Coord::Tuple(v) => match (&v[0], &v[1]) {
+                    (Coord::Leaf(x), Coord::Leaf(y)) => Coord::from((x.add(r), y.add(b))),
+                    _ => c.clone(),
+                },
+                _ => c.clone(),
+            };
+            let g_u = global
+                .crd2idx(&shift(&u, &row0.idx(), &col0.idx()))
+                .map_err(layout_err)?;
+            let g_l = global.crd2idx(&l).map_err(layout_err)?;
+            let s_u = static_layout(&local).crd2idx(&u).map_err(layout_err)?;
+            let s_l = static_layout(&local).crd2idx(&l).map_err(layout_err)?;
+            let z = k.i32(0);
+            let lds_u = s_u.add(&Idx::Static(lds_base));
+            if direct {
+                k.buffer_load_to_lds(
+                    src,
+                    lds,
+                    lds_u.to_value(&z),
+                    g_l.to_value(&z),
+                    g_u.to_value(&z),
+                    16,
+                )
+            } else {
+                let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;
+                k.lds_store(lds, lds_u.add(&s_l).to_value(&z), v, 16)
+            }
+        };
+        let i = cx.wave.idx().add(&Idx::Static(j * cx.warps));
+        if (j + 1) * cx.warps <= instrs {
+            emit(i)?;
+        } else {
+            // The last round has fewer instructions than waves: the rest of the waves skip it.
+            let limit = k.i32(instrs);
+            let cond = i.to_value(&limit).lt(&limit);
+            k.if_then(cond, || emit(i.clone()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a `[rows, row_bytes]` row-major E8M0 tile (row_bytes a multiple of 4) from a row-major
+/// global scale matrix into LDS, one dword per work-item and round.
+#[allow(clippy::too_many_arguments)]
+pub fn stage_scales<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    src: &Buffer<'ctx>,
+    global: &Layout<Int<'k, 'ctx>>,
+    row0: Int<'k, 'ctx>,
+    col0: Int<'k, 'ctx>,
+    lds: &Lds<'ctx>,
+    rows: i64,
+    row_bytes: i64,
+) -> Result<()> {
+    let k = cx.k;
+    let threads = cx.warps * 64;
+    let dwords_per_row = row_bytes / 4;
+    let total = rows * dwords_per_row;
+    let local: Layout = Layout::row_major((rows, row_bytes));
+    for j in 0..(total + threads - 1) / threads {
+        let q = cx.tid.idx().add(&Idx::Static(j * threads));
+        let emit = || -> Result<()> {
+            let row = q.div(&Idx::Static(dwords_per_row));
+            let col = q.rem(&Idx::Static(dwords_per_row)).mul(&Idx::Static(4));
+            let z = k.i32(0);
+            let g_u = global
+                .crd2idx(&Coord::from((row0.idx(), col0.idx())))
+                .map_err(layout_err)?;
+            let g_l = global
+                .crd2idx(&Coord::from((row.clone(), col.clone())))
+                .map_err(layout_err)?;
+            let s = static_layout(&local)
+                .crd2idx(&Coord::from((row, col)))
+                .map_err(layout_err)?;
+            let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 1)?;
+            k.lds_store(lds, s.to_value(&z), v, 4)
+        };
+        if (j + 1) * threads <= total {
+            emit()?;
+        } else {
+            let limit = k.i32(total);
+            let cond = q.to_value(&limit).lt(&limit);
+            k.if_then(cond, emit)?;
+        }
+    }
+    Ok(())
+}
+
+/// Stores the accumulators of a wave whose first row is `row0` and first column `col0` (both
+/// uniform) to C (row-major `[M, N]`). Columns past N are dropped by pointing their stores past
+/// the buffer's end (N is a multiple of 16, so a 16-column group is wholly in or out); rows past
+/// M fall out of the buffer's range by themselves.
+pub fn store_c<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    c: &Buffer<'ctx>,
+    c_bytes: Int<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    row0: Int<'k, 'ctx>,
+    col0: Int<'k, 'ctx>,
+    out: OutDtype,
+) -> Result<()> {
+    let k = cx.k;
+    let ctx = k.context();
+    let elem = out.bytes() as i64;
+    let layout = cx.row_major(cx.m, cx.n, elem);
+    let mn = mma.mn();
+    let lane = cx.lane.idx();
+    // Lane l holds row l % MN and, per group of 4 registers, 4 consecutive columns starting at
+    // 4 * (l / MN); 32x32 tiles have 4 such groups 8 columns apart.
+    let groups = mma.shape.acc_dwords() as i64 / 4;
+    let lane_coord = Coord::from((
+        lane.rem(&Idx::Static(mn)),
+        lane.div(&Idx::Static(mn)).mul(&Idx::Static(4)),
+    ));
+    let z = k.i32(0);
+    let lane_off = layout
+        .crd2idx(&lane_coord)
+        .map_err(layout_err)?
+        .to_value(&z);
+    let f32x4 = ctx.f32_type().vec_type(4);
+    for i in 0..mma.num_m {
+        for j in 0..mma.num_n {
+            let acc = mma.accum(i, j)?.into_vector_value();
+            for g in 0..groups {
+                let r = row0 + (i as i64) * mn;
+                let cidx = col0 + (j as i64) * mn + 8 * g;
+                let off = layout
+                    .crd2idx(&Coord::from((r.idx(), cidx.idx())))
+                    .map_err(layout_err)?
+                    .to_value(&z);
+                let in_range = cidx.lt(&cx.n);
+                let soff = off.select(in_range, &c_bytes);
+                // Four consecutive accumulators of this group.
+                let mask: Vec<_> = (0..4)
+                    .map(|e| ctx.i32_type().const_int((4 * g + e) as u64, false))
+                    .collect();
+                let part = k.builder().build_shuffle_vector(
+                    acc,
+                    acc,
+                    inkwell::types::VectorType::const_vector(&mask),
+                    "",
+                )?;
+                let _ = f32x4;
+                let value = match out {
+                    OutDtype::F32 => k.bitcast(part.into(), ctx.i32_type().vec_type(4))?,
+                    OutDtype::Bf16 => {
+                        let bf =
+                            k.builder()
+                                .build_float_trunc(part, ctx.bf16_type().vec_type(4), "")?;
+                        k.bitcast(bf.into(), BasicTypeEnum::from(ctx.i32_type().vec_type(2)))?
+                    }
+                };
+                k.buffer_store(c, value, lane_off, soff)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A static host layout as a device layout (same values, no run-time parts).
+pub fn static_layout<'k, 'ctx>(l: &Layout) -> Layout<Int<'k, 'ctx>> {
+    Layout::new(
+        l.shape()
+            .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
+        l.stride()
+            .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
+    )
+    .expect("a valid layout stays valid")
+}
+
+/// A layout error inside kernel generation is a builder bug surfaced as an operand error.
+pub fn layout_err(e: tilegen_layout::LayoutError) -> tilegen_dsl::DslError {
+    tilegen_dsl::DslError::Operand {
+        op: "layout",
+        rule: e.to_string(),
+    }
+}

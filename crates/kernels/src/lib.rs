@@ -1,0 +1,19 @@
+//! tilegen-kernels: MXFP4 block-scaled GEMM kernels for gfx950, generated from a [`KernelSpec`].
+//!
+//! ```no_run
+//! use tilegen_kernels::KernelSpec;
+//! let kernel = KernelSpec::new().b_prefetch(true).build()?;
+//! println!("{} VGPRs, {} bytes of LDS", kernel.report.vgpr_count, kernel.report.lds_bytes);
+//! # Ok::<(), tilegen_kernels::SpecError>(())
+//! ```
+#![deny(missing_docs)]
+
+mod compiled;
+pub mod gemm;
+mod lds;
+pub mod mma;
+mod preb;
+mod spec;
+
+pub use compiled::{CompiledKernel, ResourceReport};
+pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, Variant};

@@ -1,0 +1,651 @@
+//! `KernelSpec`: one MXFP4 GEMM tile configuration, validated before LLVM sees it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use tilegen_dsl::{CachePolicy, MfmaShape};
+
+/// Which kernel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// `MXFP4MatmulAMD`: A and B staged through LDS, row-major inputs and scales.
+    Lds,
+    /// `MXFP4MatmulAMD_PreB`: A through LDS, B preshuffled and read straight into VGPRs, both
+    /// scale tensors preshuffled.
+    Preb,
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Variant::Lds => "lds",
+            Variant::Preb => "preb",
+        })
+    }
+}
+
+/// Element type of C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutDtype {
+    /// bfloat16 (round to nearest even).
+    Bf16,
+    /// f32.
+    F32,
+}
+
+impl OutDtype {
+    /// Bytes per element.
+    pub fn bytes(self) -> u32 {
+        match self {
+            OutDtype::Bf16 => 2,
+            OutDtype::F32 => 4,
+        }
+    }
+}
+
+impl fmt::Display for OutDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutDtype::Bf16 => "bf16",
+            OutDtype::F32 => "f32",
+        })
+    }
+}
+
+/// Cache policy of the B loads (`b_cache_policy`), serialisable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BCachePolicy {
+    /// Cache at all levels.
+    #[default]
+    Always,
+    /// Skip the CU's L1 (`sc1`).
+    Global,
+    /// Non-temporal (`nt`).
+    Streaming,
+    /// System scope (`sc0 sc1`).
+    Volatile,
+}
+
+impl BCachePolicy {
+    /// The builder's policy.
+    pub fn policy(self) -> CachePolicy {
+        match self {
+            BCachePolicy::Always => CachePolicy::Always,
+            BCachePolicy::Global => CachePolicy::Global,
+            BCachePolicy::Streaming => CachePolicy::Streaming,
+            BCachePolicy::Volatile => CachePolicy::Volatile,
+        }
+    }
+}
+
+/// The MFMA instruction shape a spec computes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MmaShape {
+    /// `v_mfma_scale_f32_16x16x128_f8f6f4`.
+    #[serde(rename = "16x16x128")]
+    M16N16K128,
+    /// `v_mfma_scale_f32_32x32x64_f8f6f4`.
+    #[serde(rename = "32x32x64")]
+    M32N32K64,
+}
+
+impl MmaShape {
+    /// The builder's shape.
+    pub fn shape(self) -> MfmaShape {
+        match self {
+            MmaShape::M16N16K128 => MfmaShape::M16N16K128,
+            MmaShape::M32N32K64 => MfmaShape::M32N32K64,
+        }
+    }
+}
+
+/// A rule a spec breaks; each names the values and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A size that must be positive.
+    #[error("{name} = {value} must be positive")]
+    NotPositive {
+        /// Parameter.
+        name: &'static str,
+        /// Value.
+        value: u32,
+    },
+    /// `a` must be a multiple of `b`.
+    #[error("{name} = {value} must be a multiple of {multiple} ({why})")]
+    NotMultiple {
+        /// Parameter.
+        name: &'static str,
+        /// Value.
+        value: u32,
+        /// Required divisor.
+        multiple: u32,
+        /// Why.
+        why: &'static str,
+    },
+    /// BM of the preshuffled-B kernel.
+    #[error(
+        "bm = {bm} must be 16 or a multiple of 32 (one scale dword covers a 32-row pair of MFMA tiles)"
+    )]
+    BmRule {
+        /// Value.
+        bm: u32,
+    },
+    /// A flag that only exists on the other variant.
+    #[error("{flag} applies to the {needs} variant only (this spec is {variant})")]
+    WrongVariant {
+        /// The flag.
+        flag: &'static str,
+        /// The variant it needs.
+        needs: Variant,
+        /// The spec's variant.
+        variant: Variant,
+    },
+    /// A flag that needs `b_prefetch`.
+    #[error("{flag} requires b_prefetch (it schedules the depth-2 pipeline)")]
+    NeedsPrefetch {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// `mfma_cluster` out of range.
+    #[error("mfma_cluster = {value} must be in 1..={chain} (the MFMAs of one K tile)")]
+    MfmaCluster {
+        /// Value.
+        value: u32,
+        /// MFMAs per tile and wave.
+        chain: u32,
+    },
+    /// Too many threads per workgroup.
+    #[error("{warps} waves x 64 lanes = {threads} threads exceeds gfx950's 1024 per workgroup")]
+    TooManyThreads {
+        /// Waves.
+        warps: u32,
+        /// Threads.
+        threads: u32,
+    },
+    /// LDS over budget.
+    #[error("LDS budget exceeded: {bytes} bytes ({detail}) > 163840")]
+    LdsBudget {
+        /// Bytes needed.
+        bytes: u32,
+        /// What they are for.
+        detail: String,
+    },
+    /// Registers over budget.
+    #[error(
+        "register budget exceeded: about {estimate} VGPRs+AGPRs per lane ({detail}) > 512; shrink the warp tile or drop b_prefetch"
+    )]
+    RegisterBudget {
+        /// Estimated registers.
+        estimate: u32,
+        /// Breakdown.
+        detail: String,
+    },
+    /// LLVM or the linker failed on a validated spec (a bug in the generator: reported, not
+    /// aborted on).
+    #[error("compiling the kernel failed: {message}")]
+    Compile {
+        /// What failed.
+        message: String,
+    },
+    /// The MFMA shape of the preshuffled layout is fixed.
+    #[error(
+        "the preb variant computes with 16x16x128 MFMAs (its preshuffled B layout is built for them)"
+    )]
+    PrebShape,
+}
+
+/// A GEMM kernel configuration: `C[M, N] = A[M, K] * B[N, K]^T` in MXFP4 with E8M0 block
+/// scales. Build with [`KernelSpec::new`] (the preshuffled-B kernel with the seed's defaults)
+/// or [`KernelSpec::lds`] (the LDS-staged kernel), adjust with the setters, then
+/// [`KernelSpec::build`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KernelSpec {
+    /// Kernel family.
+    pub variant: Variant,
+    /// Rows of C per workgroup.
+    pub bm: u32,
+    /// Columns of C per workgroup.
+    pub bn: u32,
+    /// K elements per pipeline stage.
+    pub bk_elems: u32,
+    /// Rows per wave (the preb variant fixes it to `bm`).
+    pub wm: u32,
+    /// Columns per wave.
+    pub wn: u32,
+    /// MFMA shape.
+    pub mma: MmaShape,
+    /// Output element type.
+    pub out_dtype: OutDtype,
+    /// Depth-2 outer-K pipeline with double B registers (preb).
+    pub b_prefetch: bool,
+    /// Cache policy of the B loads (preb).
+    pub b_cache_policy: BCachePolicy,
+    /// Move A global -> LDS with `buffer_load ... lds` instead of through VGPRs.
+    pub dram_to_lds: bool,
+    /// Per-cluster `s_setprio` brackets and a partial vmcnt staircase (preb, b_prefetch).
+    pub cluster_drain_sched: bool,
+    /// MFMAs per cluster.
+    pub mfma_cluster: u32,
+    /// Stage A two tiles ahead (preb, b_prefetch).
+    pub deep_prime: bool,
+}
+
+impl Default for KernelSpec {
+    fn default() -> Self {
+        KernelSpec::new()
+    }
+}
+
+macro_rules! setter {
+    ($name:ident, $t:ty, $doc:literal) => {
+        #[doc = $doc]
+        pub fn $name(mut self, v: $t) -> Self {
+            self.$name = v;
+            self
+        }
+    };
+}
+
+impl KernelSpec {
+    /// The preshuffled-B kernel with the seed's defaults: BM=64, BN=128, BK_ELEMS=512, WN=64,
+    /// every flag off, `mfma_cluster` 4, bf16 output.
+    pub fn new() -> Self {
+        KernelSpec {
+            variant: Variant::Preb,
+            bm: 64,
+            bn: 128,
+            bk_elems: 512,
+            wm: 64,
+            wn: 64,
+            mma: MmaShape::M16N16K128,
+            out_dtype: OutDtype::Bf16,
+            b_prefetch: false,
+            b_cache_policy: BCachePolicy::Always,
+            dram_to_lds: false,
+            cluster_drain_sched: false,
+            mfma_cluster: 4,
+            deep_prime: false,
+        }
+    }
+
+    /// The LDS-staged kernel with its defaults: BM=BN=128, BK_ELEMS=128, WM=WN=64.
+    pub fn lds() -> Self {
+        KernelSpec {
+            variant: Variant::Lds,
+            bm: 128,
+            bn: 128,
+            bk_elems: 128,
+            wm: 64,
+            wn: 64,
+            ..KernelSpec::new()
+        }
+    }
+
+    setter!(
+        variant,
+        Variant,
+        "Kernel family (the seed defaults of the other family are not applied)."
+    );
+    setter!(bm, u32, "Rows of C per workgroup.");
+    setter!(bn, u32, "Columns of C per workgroup.");
+    setter!(bk_elems, u32, "K elements per stage.");
+    setter!(wm, u32, "Rows per wave (LDS variant).");
+    setter!(wn, u32, "Columns per wave.");
+    setter!(mma, MmaShape, "MFMA shape (LDS variant).");
+    setter!(out_dtype, OutDtype, "Output element type.");
+    setter!(b_prefetch, bool, "Depth-2 outer-K pipeline (preb).");
+    setter!(
+        b_cache_policy,
+        BCachePolicy,
+        "Cache policy of the B loads (preb)."
+    );
+    setter!(dram_to_lds, bool, "Direct global-to-LDS loads of A.");
+    setter!(
+        cluster_drain_sched,
+        bool,
+        "Per-cluster priority brackets and vmcnt staircase (preb, b_prefetch)."
+    );
+    setter!(mfma_cluster, u32, "MFMAs per cluster.");
+    setter!(
+        deep_prime,
+        bool,
+        "Stage A two tiles ahead (preb, b_prefetch)."
+    );
+
+    /// Rows per wave as the kernel uses them.
+    pub fn warp_m(&self) -> u32 {
+        match self.variant {
+            Variant::Preb => self.bm,
+            Variant::Lds => self.wm,
+        }
+    }
+
+    /// Waves per workgroup.
+    pub fn warps(&self) -> u32 {
+        (self.bm / self.warp_m().max(1)) * (self.bn / self.wn.max(1))
+    }
+
+    /// Work-items per workgroup.
+    pub fn threads(&self) -> u32 {
+        self.warps() * 64
+    }
+
+    fn mma_mn(&self) -> u32 {
+        self.mma.shape().mn()
+    }
+
+    /// MFMAs per wave and K stage.
+    pub fn mfmas_per_stage(&self) -> u32 {
+        let s = self.mma.shape();
+        (self.warp_m() / s.mn()) * (self.wn / s.mn()) * (self.bk_elems / s.k())
+    }
+
+    /// LDS bytes the kernel allocates.
+    pub fn lds_bytes(&self) -> u32 {
+        let a = self.bm * self.bk_elems / 2;
+        match self.variant {
+            Variant::Preb => {
+                let slots = if self.b_prefetch { 2 } else { 1 };
+                slots * a
+            }
+            Variant::Lds => {
+                let b = self.bn * self.bk_elems / 2;
+                let scales = (self.bm + self.bn) * self.bk_elems / 32;
+                a + b + scales
+            }
+        }
+    }
+
+    /// Estimated VGPR+AGPR demand per lane: accumulators, operand fragments, scales and a
+    /// margin for addresses. Used to refuse specs that cannot fit before compiling them.
+    pub fn register_estimate(&self) -> (u32, String) {
+        let s = self.mma.shape();
+        let (nm, nn) = (self.warp_m() / s.mn(), self.wn / s.mn());
+        let nk = self.bk_elems / s.k();
+        let acc = nm * nn * s.acc_dwords();
+        let (b, a) = match self.variant {
+            Variant::Preb => {
+                let slots = if self.b_prefetch { 2 } else { 1 };
+                (slots * nn * nk * 4, nm * 4)
+            }
+            Variant::Lds => (nn * 4, nm * 4),
+        };
+        let margin = 24;
+        (
+            acc + a + b + margin,
+            format!("{acc} accumulators + {a} A + {b} B fragment + {margin} address"),
+        )
+    }
+
+    /// Checks every rule; an `Ok` spec compiles.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        for (name, value) in [
+            ("bm", self.bm),
+            ("bn", self.bn),
+            ("bk_elems", self.bk_elems),
+            ("wn", self.wn),
+            ("wm", self.wm),
+        ] {
+            if value == 0 {
+                return Err(SpecError::NotPositive { name, value });
+            }
+        }
+        let multiple = |name, value: u32, multiple: u32, why| {
+            if value % multiple != 0 {
+                Err(SpecError::NotMultiple {
+                    name,
+                    value,
+                    multiple,
+                    why,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let preb_only = |flag: &'static str, set: bool| {
+            if set && self.variant != Variant::Preb {
+                Err(SpecError::WrongVariant {
+                    flag,
+                    needs: Variant::Preb,
+                    variant: self.variant,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        preb_only("b_prefetch", self.b_prefetch)?;
+        preb_only(
+            "b_cache_policy",
+            self.b_cache_policy != BCachePolicy::Always,
+        )?;
+        preb_only("cluster_drain_sched", self.cluster_drain_sched)?;
+        preb_only("deep_prime", self.deep_prime)?;
+        if !self.b_prefetch {
+            if self.cluster_drain_sched {
+                return Err(SpecError::NeedsPrefetch {
+                    flag: "cluster_drain_sched",
+                });
+            }
+            if self.deep_prime {
+                return Err(SpecError::NeedsPrefetch { flag: "deep_prime" });
+            }
+        }
+        let mn = self.mma_mn();
+        match self.variant {
+            Variant::Preb => {
+                if self.mma != MmaShape::M16N16K128 {
+                    return Err(SpecError::PrebShape);
+                }
+                if self.bm != 16 && self.bm % 32 != 0 {
+                    return Err(SpecError::BmRule { bm: self.bm });
+                }
+                multiple(
+                    "bk_elems",
+                    self.bk_elems,
+                    256,
+                    "one scale dword covers two 128-K MFMA steps",
+                )?;
+                multiple("wn", self.wn, 16, "16-column MFMA tiles")?;
+                multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
+            }
+            Variant::Lds => {
+                multiple("wm", self.wm, mn, "whole MFMA tiles per wave")?;
+                multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
+                multiple("bm", self.bm, self.wm, "waves split BM into WM-high strips")?;
+                multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
+                multiple(
+                    "bk_elems",
+                    self.bk_elems,
+                    128,
+                    "scale rows are staged as whole dwords (4 scales = 128 K)",
+                )?;
+            }
+        }
+        let (warps, threads) = (self.warps(), self.threads());
+        if threads > 1024 {
+            return Err(SpecError::TooManyThreads { warps, threads });
+        }
+        let chain = self.mfmas_per_stage();
+        if self.mfma_cluster == 0 || self.mfma_cluster > chain {
+            return Err(SpecError::MfmaCluster {
+                value: self.mfma_cluster,
+                chain,
+            });
+        }
+        let lds = self.lds_bytes();
+        if lds > 160 * 1024 {
+            let detail = match self.variant {
+                Variant::Preb => format!(
+                    "{} A slot(s) of {} x {} bytes",
+                    if self.b_prefetch { 2 } else { 1 },
+                    self.bm,
+                    self.bk_elems / 2
+                ),
+                Variant::Lds => format!(
+                    "A {}x{} + B {}x{} bytes + scales",
+                    self.bm,
+                    self.bk_elems / 2,
+                    self.bn,
+                    self.bk_elems / 2
+                ),
+            };
+            return Err(SpecError::LdsBudget { bytes: lds, detail });
+        }
+        let (estimate, detail) = self.register_estimate();
+        if estimate > 512 {
+            return Err(SpecError::RegisterBudget { estimate, detail });
+        }
+        Ok(())
+    }
+
+    /// The kernel's symbol name, unique per configuration.
+    pub fn kernel_name(&self) -> String {
+        let mut s = format!(
+            "mxfp4_gemm_{}_bm{}_bn{}_bk{}_wm{}_wn{}_{}_{}",
+            self.variant,
+            self.bm,
+            self.bn,
+            self.bk_elems,
+            self.warp_m(),
+            self.wn,
+            match self.mma {
+                MmaShape::M16N16K128 => "m16",
+                MmaShape::M32N32K64 => "m32",
+            },
+            self.out_dtype
+        );
+        if self.b_prefetch {
+            s.push_str("_bpf");
+        }
+        if self.b_cache_policy != BCachePolicy::Always {
+            s.push_str(&format!("_b{:?}", self.b_cache_policy).to_lowercase());
+        }
+        if self.dram_to_lds {
+            s.push_str("_d2l");
+        }
+        if self.cluster_drain_sched {
+            s.push_str(&format!("_cds{}", self.mfma_cluster));
+        }
+        if self.deep_prime {
+            s.push_str("_dp");
+        }
+        s
+    }
+
+    /// A stable key for caches: the same spec, crate version and LLVM major version give the
+    /// same key on every machine and run.
+    pub fn cache_key(&self) -> String {
+        let canonical = format!(
+            "tilegen-kernels {} llvm22 {}",
+            env!("CARGO_PKG_VERSION"),
+            serde_json::to_string(self).unwrap_or_else(|_| self.kernel_name())
+        );
+        // FNV-1a, 128 bits (two 64-bit lanes): stable across platforms and Rust versions, unlike
+        // `std::hash`.
+        let mut h1 = 0xcbf29ce484222325u64;
+        let mut h2 = 0x84222325cbf29ce4u64;
+        for b in canonical.bytes() {
+            h1 = (h1 ^ b as u64).wrapping_mul(0x100000001b3);
+            h2 = (h2 ^ b as u64 ^ 0x5a).wrapping_mul(0x100000001b3);
+        }
+        format!("{h1:016x}{h2:016x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        KernelSpec::new().validate().unwrap();
+        KernelSpec::lds().validate().unwrap();
+        assert_eq!(KernelSpec::new().warps(), 2);
+        assert_eq!(KernelSpec::lds().warps(), 4);
+    }
+
+    #[test]
+    fn every_rule_is_named() {
+        let e = KernelSpec::new().wn(48).validate().unwrap_err();
+        assert!(
+            matches!(e, SpecError::NotMultiple { name: "bn", .. }),
+            "{e}"
+        );
+        let e = KernelSpec::new().bm(48).validate().unwrap_err();
+        assert_eq!(e, SpecError::BmRule { bm: 48 });
+        let e = KernelSpec::new().bk_elems(384).validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::NotMultiple {
+                    name: "bk_elems",
+                    multiple: 256,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = KernelSpec::new().deep_prime(true).validate().unwrap_err();
+        assert_eq!(e, SpecError::NeedsPrefetch { flag: "deep_prime" });
+        let e = KernelSpec::new()
+            .cluster_drain_sched(true)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::NeedsPrefetch {
+                flag: "cluster_drain_sched"
+            }
+        );
+        let e = KernelSpec::lds().b_prefetch(true).validate().unwrap_err();
+        assert!(matches!(
+            e,
+            SpecError::WrongVariant {
+                flag: "b_prefetch",
+                ..
+            }
+        ));
+        let e = KernelSpec::new().mfma_cluster(0).validate().unwrap_err();
+        assert!(matches!(e, SpecError::MfmaCluster { .. }));
+        let e = KernelSpec::new()
+            .bm(256)
+            .bk_elems(2048)
+            .b_prefetch(true)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::LdsBudget { .. }), "{e}");
+        let e = KernelSpec::new()
+            .bm(256)
+            .wn(128)
+            .bn(128)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::RegisterBudget { .. }), "{e}");
+        let e = KernelSpec::new().bn(2048).wn(64).validate().unwrap_err();
+        assert!(matches!(e, SpecError::TooManyThreads { .. }), "{e}");
+        let e = KernelSpec::new()
+            .mma(MmaShape::M32N32K64)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e, SpecError::PrebShape);
+        let e = KernelSpec::new().bm(0).validate().unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::NotPositive {
+                name: "bm",
+                value: 0
+            }
+        );
+    }
+
+    #[test]
+    fn cache_key_is_stable_and_distinguishes_specs() {
+        let a = KernelSpec::new();
+        assert_eq!(a.cache_key(), KernelSpec::new().cache_key());
+        assert_ne!(a.cache_key(), a.clone().b_prefetch(true).cache_key());
+        assert_eq!(a.cache_key().len(), 32);
+    }
+}

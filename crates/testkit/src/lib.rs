@@ -1,0 +1,93 @@
+//! Test support: where the foreign code-object corpus lives and what to do when it is missing.
+//!
+//! `cargo xtask setup` compiles MXFP4 GEMM kernels with Triton (a compiler independent of this
+//! project) into `target/foreign/<config>/{kernel.hsaco, kernel.s, meta.json}` and writes
+//! `target/foreign/STATUS`: `ok`, or `unavailable: <reason>` when PyPI could not be reached.
+//! Tests that need the corpus skip loudly in the second case only; a missing corpus is a
+//! failure with the command that makes it.
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+/// One compiled foreign kernel.
+#[derive(Debug, Clone)]
+pub struct ForeignKernel {
+    /// Directory holding its files.
+    pub dir: PathBuf,
+    /// `kernel.hsaco`.
+    pub hsaco: PathBuf,
+    /// `kernel.s` (the compiler's own listing).
+    pub asm: PathBuf,
+    /// `meta.json`.
+    pub meta: serde_json::Value,
+}
+
+impl ForeignKernel {
+    /// Configuration name (the directory name).
+    pub fn name(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// An integer field of `meta.json`.
+    pub fn meta_u64(&self, key: &str) -> u64 {
+        self.meta[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{}: meta.json has no integer {key}", self.dir.display()))
+    }
+}
+
+/// The corpus directory: `TILEGEN_FOREIGN_DIR`, else `<workspace>/target/foreign`.
+pub fn foreign_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TILEGEN_FOREIGN_DIR") {
+        return PathBuf::from(d);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/foreign")
+}
+
+/// The foreign kernels, or `None` after printing a loud SKIP when setup recorded that PyPI was
+/// unreachable. Panics (fails the test) when the corpus was never made.
+pub fn foreign_kernels() -> Option<Vec<ForeignKernel>> {
+    let dir = foreign_dir();
+    let status = std::fs::read_to_string(dir.join("STATUS")).unwrap_or_default();
+    if let Some(reason) = status.trim().strip_prefix("unavailable:") {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: the Triton corpus is unavailable ({}) !!!!!!!!\n",
+            reason.trim()
+        );
+        return None;
+    }
+    assert!(
+        status.trim() == "ok",
+        "the foreign code-object corpus is missing at {}: run `cargo xtask setup`",
+        dir.display()
+    );
+    let mut out = Vec::new();
+    let entries =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let d = entry.path();
+        let hsaco = d.join("kernel.hsaco");
+        if !hsaco.exists() {
+            continue;
+        }
+        let meta = std::fs::read_to_string(d.join("meta.json"))
+            .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        let meta = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        out.push(ForeignKernel {
+            asm: d.join("kernel.s"),
+            hsaco,
+            dir: d,
+            meta,
+        });
+    }
+    out.sort_by_key(|k| k.name());
+    assert!(
+        !out.is_empty(),
+        "{} holds no kernels: run `cargo xtask setup`",
+        dir.display()
+    );
+    Some(out)
+}
