@@ -1,9 +1,12 @@
 """Compile MXFP4 GEMM kernels for gfx950 with Triton's tl.dot_scaled (no GPU needed).
 
 These are the foreign, independently compiled code objects the emulator is checked against.
-Usage: python mxfp4_gemm.py OUT_DIR [CONFIG ...]   where CONFIG is BMxBNxBK:warps:nonkdim
-       (nonkdim 16 or 32 picks the MFMA shape, 0 lets Triton choose). No CONFIG: the default set.
-Writes OUT_DIR/<config>/kernel.hsaco, kernel.s and meta.json (kernel name, args, LDS bytes).
+Usage: python mxfp4_gemm.py [--repeat N] OUT_DIR [CONFIG ...]
+       CONFIG is BMxBNxBK:warps:nonkdim (nonkdim 16 or 32 picks the MFMA shape, 0 lets Triton
+       choose). No CONFIG: the default set. --repeat compiles each config N times with Triton's
+       cache bypassed and records every time (for compile-latency comparisons).
+Writes OUT_DIR/<config>/kernel.hsaco, kernel.s and meta.json (kernel name, args, LDS bytes,
+compile seconds).
 """
 import json
 import os
@@ -63,17 +66,20 @@ DEFAULT_CONFIGS = [
 ]
 
 
-def compile_config(cfg, out_dir):
+def compile_config(cfg, out_dir, repeat=1):
     tile, warps, nonkdim = cfg.split(":")
     bm, bn, bk = (int(x) for x in tile.split("x"))
     attrs = {(i,): [["tt.divisibility", 16]] for i in DIVISIBLE}
     src = ASTSource(fn=mxfp4_gemm, signature=SIGNATURE,
                     constexprs={"BM": bm, "BN": bn, "BK": bk}, attrs=attrs)
-    t0 = time.time()
-    kernel = triton.compile(src, target=GPUTarget("hip", "gfx950", 64),
-                            options={"num_warps": int(warps), "num_stages": 2,
-                                     "matrix_instr_nonkdim": int(nonkdim)})
-    seconds = time.time() - t0
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        kernel = triton.compile(src, target=GPUTarget("hip", "gfx950", 64),
+                                options={"num_warps": int(warps), "num_stages": 2,
+                                         "matrix_instr_nonkdim": int(nonkdim)})
+        times.append(time.perf_counter() - t0)
+    seconds = times[0]
     name = f"bm{bm}_bn{bn}_bk{bk}_w{warps}_nk{nonkdim}"
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
@@ -86,6 +92,7 @@ def compile_config(cfg, out_dir):
         "matrix_instr_nonkdim": int(nonkdim), "kernel": kernel.metadata.name,
         "lds_bytes": kernel.metadata.shared, "block_threads": 64 * int(warps),
         "triton_version": triton.__version__, "compile_seconds": seconds,
+        "compile_seconds_all": times,
         "args": list(k for k, v in SIGNATURE.items() if v != "constexpr"),
     }
     with open(os.path.join(d, "meta.json"), "w") as f:
@@ -97,10 +104,20 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    out_dir = sys.argv[1]
-    configs = sys.argv[2:] or DEFAULT_CONFIGS
+    args = sys.argv[1:]
+    repeat = 1
+    if args[:1] == ["--repeat"]:
+        repeat = int(args[1])
+        args = args[2:]
+        # Recompile every time: no cache hits from earlier runs or repeats.
+        os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+    if not args:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    out_dir = args[0]
+    configs = args[1:] or DEFAULT_CONFIGS
     for cfg in configs:
-        name, seconds = compile_config(cfg, out_dir)
+        name, seconds = compile_config(cfg, out_dir, repeat)
         print(f"{name} {seconds:.3f}s")
 
 

@@ -8,12 +8,15 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod asm;
 mod compiled;
 pub mod gemm;
+mod launch;
 mod lds;
 pub mod mma;
 mod preb;
 mod spec;
 
-pub use compiled::{CompiledKernel, ResourceReport};
+pub use compiled::{CompiledKernel, ResourceReport, occupancy};
+pub use launch::{GemmBuffers, GemmInputs, LaunchError, check_problem};
 pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, Variant};

@@ -1,0 +1,147 @@
+//! Building a kernarg segment from a kernel's metadata, as the HSA runtime does.
+
+use serde::Serialize;
+use tilegen_codeobj::{Kernel, KernelArg};
+
+use crate::{DevicePtr, LaunchConfig, RuntimeError};
+
+/// One explicit kernel argument.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum ArgValue {
+    /// A device pointer.
+    Ptr(DevicePtr),
+    /// A null pointer.
+    Null,
+    /// A 32-bit integer.
+    I32(i32),
+    /// A 64-bit integer.
+    I64(i64),
+    /// A 32-bit float.
+    F32(f32),
+    /// Raw bytes of the argument's exact size (structs).
+    Bytes(Vec<u8>),
+}
+
+impl ArgValue {
+    /// The bytes for a slot of `size` bytes; a by-value argument is matched by its size, not the
+    /// metadata's `value_type` (hand-written kernels declare pads and floats as integers).
+    fn bytes(&self, size: u32) -> Option<Vec<u8>> {
+        let b = match self {
+            ArgValue::Ptr(p) => p.0.to_le_bytes().to_vec(),
+            ArgValue::Null => vec![0; 8],
+            ArgValue::I32(v) => v.to_le_bytes().to_vec(),
+            ArgValue::I64(v) => v.to_le_bytes().to_vec(),
+            ArgValue::F32(v) => v.to_le_bytes().to_vec(),
+            ArgValue::Bytes(b) => b.clone(),
+        };
+        (b.len() == size as usize).then_some(b)
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            ArgValue::Ptr(p) => format!("pointer {:#x}", p.0),
+            ArgValue::Null => "null".into(),
+            ArgValue::I32(v) => format!("i32 {v}"),
+            ArgValue::I64(v) => format!("i64 {v}"),
+            ArgValue::F32(v) => format!("f32 {v}"),
+            ArgValue::Bytes(b) => format!("{} bytes", b.len()),
+        }
+    }
+}
+
+/// The kernarg segment for `kernel` launched with `config`: explicit arguments from `args` in
+/// metadata order, hidden arguments filled as the HSA runtime fills them (grid in workgroups,
+/// workgroup size, remainders, dimensions, dynamic LDS size; pointers the emulator has no
+/// object for are null), everything else zero.
+pub fn build(
+    kernel: &Kernel,
+    config: &LaunchConfig,
+    args: &[ArgValue],
+) -> Result<Vec<u8>, RuntimeError> {
+    let meta = &kernel.meta;
+    let size = meta
+        .kernarg_segment_size
+        .max(kernel.descriptor.kernarg_size)
+        .max(
+            meta.args
+                .iter()
+                .map(|a| a.offset + a.size)
+                .max()
+                .unwrap_or(0),
+        );
+    let mut seg = vec![0u8; size as usize];
+    let err = |problem: String| RuntimeError::Arguments {
+        kernel: meta.name.clone(),
+        problem,
+    };
+    let explicit: Vec<&KernelArg> = meta.explicit_args().collect();
+    if explicit.len() != args.len() {
+        return Err(err(format!(
+            "takes {} explicit argument(s) ({}), got {}",
+            explicit.len(),
+            explicit
+                .iter()
+                .map(|a| describe_slot(a))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.len()
+        )));
+    }
+    let mut put = |a: &KernelArg, bytes: &[u8]| {
+        let at = a.offset as usize;
+        seg[at..at + bytes.len()].copy_from_slice(bytes);
+    };
+    for (i, (slot, value)) in explicit.iter().zip(args).enumerate() {
+        if slot.value_kind == "global_buffer" && !matches!(value, ArgValue::Ptr(_) | ArgValue::Null)
+        {
+            return Err(err(format!(
+                "argument {i} ({}) is a pointer, got {}",
+                describe_slot(slot),
+                value.describe()
+            )));
+        }
+        let bytes = value.bytes(slot.size).ok_or_else(|| {
+            err(format!(
+                "argument {i} ({}) is {} bytes, got {}",
+                describe_slot(slot),
+                slot.size,
+                value.describe()
+            ))
+        })?;
+        put(slot, &bytes);
+    }
+    let dims = if config.grid[2] > 1 || config.block[2] > 1 {
+        3u16
+    } else if config.grid[1] > 1 || config.block[1] > 1 {
+        2
+    } else {
+        1
+    };
+    for a in meta.args.iter().filter(|a| a.is_hidden()) {
+        let v: u64 = match a.value_kind.as_str() {
+            "hidden_block_count_x" => config.grid[0] as u64,
+            "hidden_block_count_y" => config.grid[1] as u64,
+            "hidden_block_count_z" => config.grid[2] as u64,
+            "hidden_group_size_x" => config.block[0] as u64,
+            "hidden_group_size_y" => config.block[1] as u64,
+            "hidden_group_size_z" => config.block[2] as u64,
+            // The grid is a whole number of workgroups, so no workgroup is partial.
+            "hidden_remainder_x" | "hidden_remainder_y" | "hidden_remainder_z" => 0,
+            "hidden_grid_dims" => dims as u64,
+            "hidden_dynamic_lds_size" => config.dynamic_lds as u64,
+            // Global offsets are zero; queue, heap, hostcall, printf and multigrid pointers
+            // are null (no such runtime objects exist for these launches); unknown kinds are
+            // zeroed, as the HSA runtime does.
+            _ => 0,
+        };
+        let bytes = v.to_le_bytes();
+        let n = (a.size as usize).min(8);
+        put(a, &bytes[..n]);
+    }
+    Ok(seg)
+}
+
+fn describe_slot(a: &KernelArg) -> String {
+    let name = a.name.as_deref().unwrap_or("?");
+    format!("{name}: {} {}B @{}", a.value_kind, a.size, a.offset)
+}
