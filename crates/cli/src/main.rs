@@ -1,5 +1,8 @@
 //! `tilegen`: generate, build, run and check MXFP4 GEMM kernels for gfx950.
 
+mod build;
+mod report;
+mod spec;
 mod weights;
 
 use anyhow::Result;
@@ -22,6 +25,8 @@ enum Command {
     Preshuffle(weights::PreshuffleArgs),
     /// Undo `preshuffle`: restore the original layouts, shapes and K.
     Unshuffle(weights::UnshuffleArgs),
+    /// Compile one kernel ahead of time and print its resource report.
+    Build(build::BuildArgs),
 }
 
 fn main() -> Result<()> {
@@ -29,5 +34,6 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Preshuffle(args) => weights::preshuffle(args),
         Command::Unshuffle(args) => weights::unshuffle(args),
+        Command::Build(args) => build::run(args),
     }
 }

@@ -58,6 +58,40 @@ impl<'k, 'ctx> Int<'k, 'ctx> {
         Int { k: self.k, v }
     }
 
+    /// Splits `x + c` chains into `(x, c)`: the constant part of an offset, so it can go to an
+    /// instruction's immediate field instead of a register.
+    pub fn split_constant(&self) -> (Int<'k, 'ctx>, i64) {
+        use inkwell::values::InstructionOpcode;
+        let mut base = *self;
+        let mut constant = 0i64;
+        while let Some(inst) = base.v.as_instruction() {
+            if inst.get_opcode() != InstructionOpcode::Add {
+                break;
+            }
+            let (Some(a), Some(b)) = (inst.get_operand(0), inst.get_operand(1)) else {
+                break;
+            };
+            let (inkwell::values::Operand::Value(a), inkwell::values::Operand::Value(b)) = (a, b)
+            else {
+                break;
+            };
+            let (a, b) = (a.into_int_value(), b.into_int_value());
+            if let Some(c) = b.get_sign_extended_constant() {
+                constant += c;
+                base = self.wrap(a);
+            } else if let Some(c) = a.get_sign_extended_constant() {
+                constant += c;
+                base = self.wrap(b);
+            } else {
+                break;
+            }
+        }
+        if let Some(c) = base.v.get_sign_extended_constant() {
+            return (self.wrap(self.k.ctx.i32_type().const_zero()), constant + c);
+        }
+        (base, constant)
+    }
+
     /// `self < rhs` (signed), as an `i1`.
     pub fn lt(&self, rhs: &Self) -> IntValue<'ctx> {
         self.b()

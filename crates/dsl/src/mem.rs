@@ -154,6 +154,7 @@ impl<'ctx> Kernel<'ctx> {
     ) -> Result<BasicValueEnum<'ctx>> {
         let ty = self.dword_type(dwords)?;
         let aux = self.ctx.i32_type().const_int(policy.aux_bits(), false);
+        let (voffset, soffset) = self.fold_offsets(voffset, soffset);
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.load",
             &[ty],
@@ -177,6 +178,7 @@ impl<'ctx> Kernel<'ctx> {
         soffset: Int<'_, 'ctx>,
     ) -> Result<()> {
         let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
+        let (voffset, soffset) = self.fold_offsets(voffset, soffset);
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.store",
             &[value.get_type()],
@@ -189,6 +191,21 @@ impl<'ctx> Kernel<'ctx> {
             ],
         )?;
         Ok(())
+    }
+
+    /// Moves the constant part of a uniform offset into the per-lane one, where the instruction
+    /// selector folds it into the 12-bit immediate; otherwise each distinct constant costs an
+    /// SGPR and an `s_add`.
+    fn fold_offsets<'k>(
+        &self,
+        voffset: Int<'k, 'ctx>,
+        soffset: Int<'k, 'ctx>,
+    ) -> (Int<'k, 'ctx>, Int<'k, 'ctx>) {
+        let (base, c) = soffset.split_constant();
+        if c == 0 {
+            return (voffset, soffset);
+        }
+        (voffset + c, base)
     }
 
     /// `buffer_load_dword* ... lds`: each lane loads `bytes` (1, 2, 4, 12 or 16) from the buffer

@@ -95,10 +95,18 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
     }
 }
 
+/// LDS writes of a tile whose global loads were issued but not yet stored (see
+/// [`stage_tile`]): `(LDS byte offset, value)`.
+pub type PendingWrites<'k, 'ctx> = Vec<(Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>)>;
+
 /// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
 /// from `col0`) into a row-major LDS tile at `lds_base`, 16 bytes per lane. Wave-instruction `i`
 /// moves chunks `64 i .. 64 i + 63`, which are 1 KB of contiguous LDS, so the same mapping works
 /// with `buffer_load ... lds` (`direct`), where each lane's 16 bytes land at `M0 + 16 * lane`.
+///
+/// Through VGPRs (`!direct`) the LDS writes of whole rounds are returned instead of emitted, so
+/// a pipeline can issue the global loads early and write LDS later ([`commit_tile`]); rounds
+/// only some waves take part in are written at once.
 #[allow(clippy::too_many_arguments)]
 pub fn stage_tile<'k, 'ctx>(
     cx: &Ctx<'k, 'ctx>,
@@ -111,75 +119,71 @@ pub fn stage_tile<'k, 'ctx>(
     rows: i64,
     row_bytes: i64,
     direct: bool,
-) -> Result<()> {
+) -> Result<PendingWrites<'k, 'ctx>> {
     let k = cx.k;
     let chunks_per_row = row_bytes / 16;
     let instrs = rows * row_bytes / 1024;
     let per_wave = (instrs + cx.warps - 1) / cx.warps;
     let local: Layout = Layout::row_major((rows, row_bytes));
     let lane = cx.lane.idx();
+    let mut pending = Vec::new();
     for j in 0..per_wave {
-        let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<()> {
+        // Loads one round; returns the LDS write it still owes (none when direct).
+        let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>)>> {
             // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
             let (u, l) = if chunks_per_row <= 64 {
                 let rpi = 64 / chunks_per_row;
                 (
-                    Coord::from((i.mul(&Idx::Static(rpi)), Idx::Static(0))),
-                    Coord::from((
-                        lane.div(&Idx::Static(chunks_per_row)),
-                        lane.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16)),
-                    )),
+                    (i.mul(&Idx::Static(rpi)), Idx::Static(0)),
+                    (lane.div(&Idx::Static(chunks_per_row)), lane.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16))),
                 )
             } else {
                 let ipr = chunks_per_row / 64;
                 (
-                    Coord::from((
-                        i.div(&Idx::Static(ipr)),
-                        i.rem(&Idx::Static(ipr)).mul(&Idx::Static(1024)),
-                    )),
-                    Coord::from((Idx::Static(0), lane.mul(&Idx::Static(16)))),
+                    (i.div(&Idx::Static(ipr)), i.rem(&Idx::Static(ipr)).mul(&Idx::Static(1024))),
+                    (Idx::Static(0), lane.mul(&Idx::Static(16))),
                 )
             };
-            let shift = |c: &Coord<Int<'k, 'ctx>>,
-                         r: &Idx<Int<'k, 'ctx>>,
-                         b: &Idx<Int<'k, 'ctx>>| match c {
-                Coord::Tuple(v) => match (&v[0], &v[1]) {
-                    (Coord::Leaf(x), Coord::Leaf(y)) => Coord::from((x.add(r), y.add(b))),
-                    _ => c.clone(),
-                },
-                _ => c.clone(),
-            };
-            let g_u = global
-                .crd2idx(&shift(&u, &row0.idx(), &col0.idx()))
-                .map_err(layout_err)?;
-            let g_l = global.crd2idx(&l).map_err(layout_err)?;
-            let s_u = static_layout(&local).crd2idx(&u).map_err(layout_err)?;
-            let s_l = static_layout(&local).crd2idx(&l).map_err(layout_err)?;
+            let g_u = global.crd2idx(&Coord::from((u.0.add(&row0.idx()), u.1.add(&col0.idx())))).map_err(layout_err)?;
+            let g_l = global.crd2idx(&Coord::from(l.clone())).map_err(layout_err)?;
+            let s_u = static_layout(&local).crd2idx(&Coord::from(u)).map_err(layout_err)?;
+            let s_l = static_layout(&local).crd2idx(&Coord::from(l)).map_err(layout_err)?;
             let z = k.i32(0);
             let lds_u = s_u.add(&Idx::Static(lds_base));
             if direct {
-                k.buffer_load_to_lds(
-                    src,
-                    lds,
-                    lds_u.to_value(&z),
-                    g_l.to_value(&z),
-                    g_u.to_value(&z),
-                    16,
-                )
+                k.buffer_load_to_lds(src, lds, lds_u.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
+                Ok(None)
             } else {
                 let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;
-                k.lds_store(lds, lds_u.add(&s_l).to_value(&z), v, 16)
+                Ok(Some((lds_u.add(&s_l).to_value(&z), v)))
             }
         };
         let i = cx.wave.idx().add(&Idx::Static(j * cx.warps));
         if (j + 1) * cx.warps <= instrs {
-            emit(i)?;
+            pending.extend(emit(i)?);
         } else {
             // The last round has fewer instructions than waves: the rest of the waves skip it.
             let limit = k.i32(instrs);
             let cond = i.to_value(&limit).lt(&limit);
-            k.if_then(cond, || emit(i.clone()))?;
+            k.if_then(cond, || {
+                if let Some((off, v)) = emit(i.clone())? {
+                    k.lds_store(lds, off, v, 16)?;
+                }
+                Ok(())
+            })?;
         }
+    }
+    Ok(pending)
+}
+
+/// Emits the LDS writes [`stage_tile`] left pending.
+pub fn commit_tile<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    lds: &Lds<'ctx>,
+    pending: PendingWrites<'k, 'ctx>,
+) -> Result<()> {
+    for (off, v) in pending {
+        cx.k.lds_store(lds, off, v, 16)?;
     }
     Ok(())
 }
@@ -232,13 +236,11 @@ pub fn stage_scales<'k, 'ctx>(
 }
 
 /// Stores the accumulators of a wave whose first row is `row0` and first column `col0` (both
-/// uniform) to C (row-major `[M, N]`). Columns past N are dropped by pointing their stores past
+/// uniform) to C (parameter `c`, row-major `[M, N]`). Columns past N are dropped by pointing their stores past
 /// the buffer's end (N is a multiple of 16, so a 16-column group is wholly in or out); rows past
 /// M fall out of the buffer's range by themselves.
 pub fn store_c<'k, 'ctx>(
     cx: &Ctx<'k, 'ctx>,
-    c: &Buffer<'ctx>,
-    c_bytes: Int<'k, 'ctx>,
     mma: &BlockScaledMmaOp<'k, 'ctx>,
     row0: Int<'k, 'ctx>,
     col0: Int<'k, 'ctx>,
@@ -247,6 +249,9 @@ pub fn store_c<'k, 'ctx>(
     let k = cx.k;
     let ctx = k.context();
     let elem = out.bytes() as i64;
+    // C's resource is made here, after the main loop, so it holds no SGPRs during it.
+    let c_bytes = cx.m * cx.n * elem;
+    let c = &cx.buffer("c", c_bytes, CachePolicy::Always)?;
     let layout = cx.row_major(cx.m, cx.n, elem);
     let mn = mma.mn();
     let lane = cx.lane.idx();

@@ -21,9 +21,6 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let b = cx.buffer("b", n * kb, CachePolicy::Always)?;
     let sfa = cx.buffer("sfa", m * ks, CachePolicy::Always)?;
     let sfb = cx.buffer("sfb", n * ks, CachePolicy::Always)?;
-    let elem = spec.out_dtype.bytes() as i64;
-    let c_bytes = m * n * elem;
-    let c = cx.buffer("c", c_bytes, CachePolicy::Always)?;
     let (bm, bn, bk) = (spec.bm as i64, spec.bn as i64, spec.bk_elems as i64);
     let (wm, wn) = (spec.wm as i64, spec.wn as i64);
     let tile_bytes = bk / 2;
@@ -123,5 +120,5 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     const STEP: i64 = 128;
     let first = tiles * (bk / STEP);
     k.for_range(first, cx.kdim / STEP, 1, |s| stage(s * STEP, STEP))?;
-    gemm::store_c(&cx, &c, c_bytes, &mma, row0, col0, spec.out_dtype)
+    gemm::store_c(&cx, &mma, row0, col0, spec.out_dtype)
 }

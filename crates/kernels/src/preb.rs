@@ -72,9 +72,6 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let b = cx.buffer("b", n * kb, spec.b_cache_policy.policy())?;
     let sfa = cx.buffer("sfa", pad32(m) * ks, CachePolicy::Always)?;
     let sfb = cx.buffer("sfb", pad32(n) * ks, CachePolicy::Always)?;
-    let elem = spec.out_dtype.bytes() as i64;
-    let c_bytes = m * n * elem;
-    let c = cx.buffer("c", c_bytes, CachePolicy::Always)?;
     let one = Idx::Static(1);
     // The same layouts the host preshuffle writes with, here over run-time N, M and K.
     let b_layout = Shuffler::b_5d_layout(one.clone(), n.idx(), kb.idx());
@@ -116,7 +113,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     };
     p.main_loop()?;
     p.tail()?;
-    gemm::store_c(&p.cx, &c, c_bytes, &p.mma, p.m0, p.n_w0, spec.out_dtype)
+    gemm::store_c(&p.cx, &p.mma, p.m0, p.n_w0, spec.out_dtype)
 }
 
 impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
@@ -131,6 +128,18 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
 
     /// Stages A's `[BM, packs * 128]` bytes starting at K byte `kb0` into `slot`.
     fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, packs: i64) -> Result<()> {
+        let pending = self.stage_a_issue(slot, kb0, packs)?;
+        gemm::commit_tile(&self.cx, &self.slots[slot], pending)
+    }
+
+    /// Issues the global loads of [`Self::stage_a`]; through VGPRs, the LDS writes are returned
+    /// for later, so they do not force a wait on loads issued after them.
+    fn stage_a_issue(
+        &self,
+        slot: usize,
+        kb0: Int<'k, 'ctx>,
+        packs: i64,
+    ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
         gemm::stage_tile(
             &self.cx,
             &self.a,
@@ -165,14 +174,26 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             .to_value(&z);
         let mut issued = 0;
         // Fragments in the order the MFMA chain consumes them (K step outer), so waits for the
-        // first MFMAs do not cover the later loads.
+        // first MFMAs do not cover the later loads. The per-N-block part of the offset goes to
+        // the lane offset (one VGPR per block, computed once) and the K part to the uniform
+        // one: uniform offsets per fragment would each hold an SGPR through the loop.
+        let zero_c = |c: Coord<Int<'k, 'ctx>>| -> Result<Int<'k, 'ctx>> {
+            Ok(self.b_layout.crd2idx(&c).map_err(layout_err)?.to_value(&z))
+        };
         for kk in 0..packs * 2 {
+            let k0 = pack0.idx().mul(&s16(2)).add(&s16(kk));
+            let k_off = zero_c(Coord::from((
+                s16(0),
+                (s16(0), self.n_blk0.idx()),
+                (s16(0), s16(0), k0),
+            )))?;
             for j in 0..self.nn {
-                let k0 = pack0.idx().mul(&s16(2)).add(&s16(kk));
-                let n_blk = self.n_blk0.idx().add(&s16(j as i64));
-                let u = Coord::from((s16(0), (s16(0), n_blk), (s16(0), s16(0), k0)));
-                let off = self.b_layout.crd2idx(&u).map_err(layout_err)?.to_value(&z);
-                let v = k.buffer_load(&self.b, lane_off, off, 4)?;
+                let n_off = zero_c(Coord::from((
+                    s16(0),
+                    (s16(0), s16(j as i64)),
+                    (s16(0), s16(0), s16(0)),
+                )))?;
+                let v = k.buffer_load(&self.b, lane_off + n_off, k_off, 4)?;
                 k.set(&regs.frags[kk as usize * self.nn + j], v)?;
                 issued += 1;
             }
@@ -391,29 +412,46 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         k.if_then(zero.lt(&tiles), || {
             self.stage_a(0, zero, packs)?;
             if deep {
-                let one = k.i32(1);
-                k.if_then(one.lt(&tiles), || self.stage_a(1, tile_kb(one), packs))?;
+                // Tile 1 into slot 1 (tile 0 again when there is only one: the 1-deep fallback).
+                let one = k.i32(1).min(&(tiles - 1));
+                self.stage_a(1, tile_kb(one), packs)?;
             }
             prologue_loads = self.load_b(&regs[0], zero, packs)?;
             Ok(())
         })?;
         self.stage_barrier(prologue_loads)?;
+        // One tile per half. The next A tile's global loads are issued before the next B
+        // fragments and written to LDS only after this tile's MFMAs, so neither the LDS writes
+        // nor the barrier wait for the B loads: those stay in flight into the next half, where
+        // each MFMA waits only for its own fragments. Tile indices past the last tile are
+        // clamped to it instead of branched around: the extra loads land in a free slot or in
+        // registers nothing reads again.
+        let last = tiles - 1;
         let half = |t: Int<'k, 'ctx>, cur: usize| -> Result<()> {
             let nxt = 1 - cur;
-            let t1 = t + 1;
-            let mut issued = 0;
-            k.if_then(t1.lt(&tiles), || {
-                if !deep {
-                    self.stage_a(nxt, tile_kb(t1), packs)?;
-                }
-                issued = self.load_b(&regs[nxt], tile_pack(t1), packs)?;
-                Ok(())
-            })?;
-            self.compute(cur, &regs[cur], tile_pack(t), packs)?;
-            self.stage_barrier(issued)?;
+            let b_tile = (t + 1).min(&last);
             if deep {
-                let t2 = t + 2;
-                k.if_then(t2.lt(&tiles), || self.stage_a(cur, tile_kb(t2), packs))?;
+                // A for tile t+2 goes into this half's slot once everyone is done reading it.
+                let a_tile = (t + 2).min(&last);
+                let pending = if self.spec.dram_to_lds {
+                    Vec::new()
+                } else {
+                    self.stage_a_issue(cur, tile_kb(a_tile), packs)?
+                };
+                let issued = self.load_b(&regs[nxt], tile_pack(b_tile), packs)?;
+                self.compute(cur, &regs[cur], tile_pack(t), packs)?;
+                self.stage_barrier(issued)?;
+                if self.spec.dram_to_lds {
+                    self.stage_a(cur, tile_kb(a_tile), packs)?;
+                } else {
+                    gemm::commit_tile(&self.cx, &self.slots[cur], pending)?;
+                }
+            } else {
+                let pending = self.stage_a_issue(nxt, tile_kb(b_tile), packs)?;
+                let issued = self.load_b(&regs[nxt], tile_pack(b_tile), packs)?;
+                self.compute(cur, &regs[cur], tile_pack(t), packs)?;
+                gemm::commit_tile(&self.cx, &self.slots[nxt], pending)?;
+                self.stage_barrier(issued)?;
             }
             Ok(())
         };

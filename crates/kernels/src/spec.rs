@@ -469,7 +469,8 @@ impl KernelSpec {
             return Err(SpecError::TooManyThreads { warps, threads });
         }
         let chain = self.mfmas_per_stage();
-        if self.mfma_cluster == 0 || self.mfma_cluster > chain {
+        // The cluster size only shapes the schedule with cluster_drain_sched.
+        if self.mfma_cluster == 0 || (self.cluster_drain_sched && self.mfma_cluster > chain) {
             return Err(SpecError::MfmaCluster {
                 value: self.mfma_cluster,
                 chain,

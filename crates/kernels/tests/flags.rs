@@ -1,0 +1,281 @@
+//! Every flag combination on several tile shapes: builds, keeps registers out of scratch, and
+//! its listing shows what the flag promises.
+
+use tilegen_kernels::asm::LoopStats;
+use tilegen_kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype};
+
+/// (bm, bn, bk_elems, wn): the seed default, a square tile with 32-wide waves, and the smallest
+/// (BM = 16 and WN = 16 exercise the run-time scale-byte selection).
+const PREB_SHAPES: &[(u32, u32, u32, u32)] =
+    &[(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
+
+fn main_loop(asm: &str) -> Vec<&str> {
+    // The loop with the most MFMAs: same rule as LoopStats, but keep the lines.
+    let lines: Vec<&str> = asm.lines().collect();
+    let mut best: Option<(usize, usize, usize)> = None;
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim();
+        if !(t.starts_with("s_cbranch") || t.starts_with("s_branch")) {
+            continue;
+        }
+        let target = format!("{}:", t.split_whitespace().nth(1).unwrap_or(""));
+        if let Some(start) = lines[..i].iter().position(|x| x.trim() == target) {
+            let m = lines[start..i]
+                .iter()
+                .filter(|x| x.contains("v_mfma"))
+                .count();
+            if best.is_none_or(|(_, _, bm)| m > bm) {
+                best = Some((start, i, m));
+            }
+        }
+    }
+    let (a, b, _) = best.expect("a main loop");
+    lines[a..=b].to_vec()
+}
+
+fn b_policy_flags(p: BCachePolicy) -> &'static str {
+    match p {
+        BCachePolicy::Always => "",
+        BCachePolicy::Global => "sc1",
+        BCachePolicy::Streaming => "nt",
+        BCachePolicy::Volatile => "sc0 sc1",
+    }
+}
+
+#[test]
+fn preb_flag_combinations() {
+    let policies = [
+        BCachePolicy::Always,
+        BCachePolicy::Global,
+        BCachePolicy::Streaming,
+        BCachePolicy::Volatile,
+    ];
+    for &(bm, bn, bk, wn) in PREB_SHAPES {
+        for prefetch in [false, true] {
+            for dram in [false, true] {
+                for cds in [false, true] {
+                    for deep in [false, true] {
+                        if !prefetch && (cds || deep) {
+                            continue;
+                        }
+                        // Cache policies are independent of the schedule: cycle through them.
+                        let policy = policies[(prefetch as usize
+                            + 2 * dram as usize
+                            + cds as usize
+                            + deep as usize)
+                            % 4];
+                        let spec = KernelSpec::new()
+                            .bm(bm)
+                            .bn(bn)
+                            .bk_elems(bk)
+                            .wn(wn)
+                            .b_prefetch(prefetch)
+                            .dram_to_lds(dram)
+                            .cluster_drain_sched(cds)
+                            .deep_prime(deep)
+                            .b_cache_policy(policy);
+                        // Clusters of 4 MFMAs (the default), or 2 where a tile has fewer.
+                        let spec = spec
+                            .clone()
+                            .mfma_cluster(spec.mfmas_per_stage().min(4).max(1));
+                        check_preb(&spec);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_preb(spec: &KernelSpec) {
+    let name = spec.kernel_name();
+    let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+    let r = &k.report;
+    assert_eq!(
+        (r.vgpr_spill_count, r.sgpr_spill_count, r.private_bytes),
+        (0, 0, 0),
+        "{name} spills"
+    );
+    let body = main_loop(&k.asm);
+    let mfmas = body
+        .iter()
+        .filter(|l| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4"))
+        .count();
+    let per_tile = spec.mfmas_per_stage() as usize;
+    let tiles_in_body = if spec.b_prefetch { 2 } else { 1 };
+    assert_eq!(
+        mfmas,
+        per_tile * tiles_in_body,
+        "{name}: MFMAs in the main loop"
+    );
+    // dram_to_lds: A moves with `buffer_load_dwordx4 ... lds`; otherwise through VGPRs and
+    // ds_write (anywhere in the kernel: rounds only some waves take are placed out of line).
+    let lds_loads = k
+        .asm
+        .lines()
+        .filter(|l| l.contains("buffer_load_dwordx4") && l.trim_end().ends_with(" lds"))
+        .count();
+    let ds_writes = k
+        .asm
+        .lines()
+        .filter(|l| l.contains("ds_write_b128"))
+        .count();
+    if spec.dram_to_lds {
+        assert!(
+            lds_loads > 0 && ds_writes == 0,
+            "{name}: {lds_loads} lds loads, {ds_writes} ds_writes"
+        );
+    } else {
+        assert!(
+            lds_loads == 0 && ds_writes > 0,
+            "{name}: {lds_loads} lds loads, {ds_writes} ds_writes"
+        );
+    }
+    // B fragments: one dwordx4 per (n, k) MFMA operand, with the requested cache bits.
+    let b_frags = (spec.wn / 16 * spec.bk_elems / 128) as usize;
+    let b_loads: Vec<&&str> = body
+        .iter()
+        .filter(|l| l.contains("buffer_load_dwordx4") && !l.trim_end().ends_with(" lds"))
+        .filter(|l| spec.dram_to_lds || !l.contains("offen offset"))
+        .collect();
+    if spec.dram_to_lds {
+        // Every non-lds dwordx4 load in the loop is a B fragment.
+        assert_eq!(b_loads.len(), b_frags * tiles_in_body, "{name}: B loads");
+        // Two register sets with b_prefetch: the destinations of the two halves differ.
+        let dests: std::collections::BTreeSet<&str> = b_loads
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .map(|d| d.trim_end_matches(','))
+            .collect();
+        assert_eq!(
+            dests.len(),
+            b_frags * tiles_in_body,
+            "{name}: distinct B register sets"
+        );
+        let flags = b_policy_flags(spec.b_cache_policy);
+        for l in &b_loads {
+            let has = |f: &str| l.split_whitespace().any(|w| w == f);
+            for f in ["sc0", "sc1", "nt"] {
+                assert_eq!(
+                    has(f),
+                    flags.split_whitespace().any(|x| x == f),
+                    "{name}: B load `{}` cache bits",
+                    l.trim()
+                );
+            }
+        }
+    }
+    // cluster_drain_sched: s_setprio 1 / s_setprio 0 around every cluster of mfma_cluster MFMAs,
+    // and waits that leave loads in flight (a staircase of partial vmcnt) inside the chain.
+    let raises = body.iter().filter(|l| l.trim() == "s_setprio 1").count();
+    let lowers = body.iter().filter(|l| l.trim() == "s_setprio 0").count();
+    if spec.cluster_drain_sched {
+        let clusters = per_tile.div_ceil(spec.mfma_cluster as usize) * tiles_in_body;
+        assert_eq!(
+            (raises, lowers),
+            (clusters, clusters),
+            "{name}: priority brackets"
+        );
+        let partial: std::collections::BTreeSet<&str> = body
+            .iter()
+            .filter_map(|l| l.trim().strip_prefix("s_waitcnt vmcnt("))
+            .filter(|v| !v.starts_with("0)"))
+            .collect();
+        assert!(
+            partial.len() >= 2,
+            "{name}: partial vmcnt staircase {partial:?}"
+        );
+    } else {
+        assert_eq!(
+            (raises, lowers),
+            (0, 0),
+            "{name}: no priority changes without cluster_drain_sched"
+        );
+    }
+    if spec.deep_prime {
+        // Two A tiles are staged before the loop: twice the per-tile A loads precede it.
+        let loop_start = k.asm.find(body[0]).expect("loop in listing");
+        let prologue = &k.asm[..loop_start];
+        let a_per_tile = (spec.bm * spec.bk_elems / 2 / 1024) as usize;
+        let staged = prologue
+            .lines()
+            .filter(|l| l.contains("buffer_load_dwordx4") && l.trim_end().ends_with(" lds"))
+            .count();
+        let min = if spec.dram_to_lds {
+            2 * a_per_tile.div_ceil(spec.warps() as usize)
+        } else {
+            0
+        };
+        assert!(
+            staged >= min,
+            "{name}: {staged} A loads before the loop, want at least {min}"
+        );
+    }
+}
+
+#[test]
+fn flags_off_build_identically() {
+    // Every flag off is the plain kernel, bit for bit, however the spec was assembled.
+    let plain = KernelSpec::new().build().unwrap();
+    let toggled = KernelSpec::new()
+        .b_prefetch(true)
+        .b_prefetch(false)
+        .mfma_cluster(4)
+        .build()
+        .unwrap();
+    assert_eq!(plain.code_object, toggled.code_object);
+    assert_eq!(plain.cache_key, toggled.cache_key);
+    // mfma_cluster only matters with cluster_drain_sched.
+    let other_cluster = KernelSpec::new().mfma_cluster(2).build().unwrap();
+    assert_eq!(plain.code_object, other_cluster.code_object);
+}
+
+#[test]
+fn lds_variant_shapes_and_outputs() {
+    for (bm, bn, bk, wm, wn, mma) in [
+        (128, 128, 128, 64, 64, MmaShape::M16N16K128),
+        (64, 64, 256, 32, 32, MmaShape::M32N32K64),
+        (32, 64, 128, 32, 32, MmaShape::M16N16K128),
+    ] {
+        for dram in [false, true] {
+            for out in [OutDtype::Bf16, OutDtype::F32] {
+                let spec = KernelSpec::lds()
+                    .bm(bm)
+                    .bn(bn)
+                    .bk_elems(bk)
+                    .wm(wm)
+                    .wn(wn)
+                    .mma(mma)
+                    .dram_to_lds(dram)
+                    .out_dtype(out);
+                let name = spec.kernel_name();
+                let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(
+                    (k.report.vgpr_spill_count, k.report.private_bytes),
+                    (0, 0),
+                    "{name} spills"
+                );
+                let mnemonic = match mma {
+                    MmaShape::M16N16K128 => "v_mfma_scale_f32_16x16x128_f8f6f4",
+                    MmaShape::M32N32K64 => "v_mfma_scale_f32_32x32x64_f8f6f4",
+                };
+                let lp = LoopStats::from_asm(&k.asm);
+                assert_eq!(lp.mfmas, spec.mfmas_per_stage(), "{name}");
+                assert!(
+                    main_loop(&k.asm)
+                        .iter()
+                        .all(|l| !l.contains("v_mfma") || l.contains(mnemonic))
+                );
+                let store = match out {
+                    OutDtype::Bf16 => "buffer_store_dwordx2",
+                    OutDtype::F32 => "buffer_store_dwordx4",
+                };
+                assert!(k.asm.contains(store), "{name}: {store}");
+                assert_eq!(
+                    k.asm.contains("offen lds"),
+                    dram,
+                    "{name}: direct-to-LDS loads"
+                );
+            }
+        }
+    }
+}
