@@ -3,12 +3,51 @@
 /// Why a file is not a usable gfx950 code object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodeObjectError {
-    /// Not an ELF file at all, or a malformed one.
+    /// A malformed ELF: damaged tables, offsets outside the file, missing `.text`.
     #[error("not a valid ELF file: {0}")]
     Elf(String),
-    /// An ELF for another machine or class.
-    #[error("not an AMDGPU code object: {0}")]
-    NotAmdgpu(String),
+    /// Shorter than an ELF64 header.
+    #[error("file is {len} bytes, shorter than an ELF64 header (64 bytes)")]
+    TooShort {
+        /// File length.
+        len: usize,
+    },
+    /// Does not start with `\x7fELF`.
+    #[error("not an ELF file: the magic is {found:02x?}, not 7f 45 4c 46")]
+    NotElf {
+        /// The first four bytes.
+        found: [u8; 4],
+    },
+    /// Not a 64-bit ELF.
+    #[error("ELF class {found} is not ELFCLASS64 (2)")]
+    NotElf64 {
+        /// `EI_CLASS`.
+        found: u8,
+    },
+    /// Not little-endian.
+    #[error("ELF data encoding {found} is not little-endian ELFDATA2LSB (1)")]
+    NotLittleEndian {
+        /// `EI_DATA`.
+        found: u8,
+    },
+    /// Built for another machine.
+    #[error("e_machine is {found}, not EM_AMDGPU (224)")]
+    WrongMachine {
+        /// `e_machine`.
+        found: u16,
+    },
+    /// Not for the HSA runtime.
+    #[error("OS/ABI is {found}, not ELFOSABI_AMDGPU_HSA (64)")]
+    WrongOsAbi {
+        /// `EI_OSABI`.
+        found: u8,
+    },
+    /// An unlinked object (or anything else that is not a shared object).
+    #[error("ELF type {found} is not ET_DYN (3); a relocatable object must be linked first")]
+    NotSharedObject {
+        /// `e_type`.
+        found: u16,
+    },
     /// An AMDGPU code object for another processor.
     #[error("code object is for processor mach {mach:#04x} ({name}), not gfx950 (mach 0x4f)")]
     WrongProcessor {

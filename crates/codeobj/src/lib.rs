@@ -13,7 +13,7 @@ pub mod link;
 mod metadata;
 mod reader;
 
-pub use descriptor::KernelDescriptor;
+pub use descriptor::{DESCRIPTOR_BYTES, KernelDescriptor, Rsrc1, Rsrc2, Rsrc3};
 pub use error::CodeObjectError;
 pub use metadata::{KernelArg, KernelMeta};
 pub use reader::{CodeObject, CodeObjectVersion, GFX950_MACH, Kernel, Segment, Symbol, SymbolKind};

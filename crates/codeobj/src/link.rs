@@ -318,6 +318,8 @@ pub fn link(object: &[u8]) -> Result<Vec<u8>, LinkError> {
     let rw_start = first_rw;
     let mut seg = 0usize;
     segment_bounds[0] = (0, 0, 0, 0);
+    // `i` is compared with the segment start indices as well as used to index the sections.
+    #[allow(clippy::needless_range_loop)]
     for i in 1..symtab_idx {
         let next_seg = if i >= rw_start {
             2

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::CodeObjectError;
 
 /// One kernel argument.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelArg {
     /// Source name, when the compiler kept it.
     pub name: Option<String>,
@@ -22,6 +22,9 @@ pub struct KernelArg {
     pub address_space: Option<String>,
     /// `.value_type`, when present (older metadata).
     pub value_type: Option<String>,
+    /// Every other key (`.type_name`, `.access`, `.is_const`, ...), as msgpack values.
+    #[serde(skip)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 impl KernelArg {
@@ -106,6 +109,7 @@ fn parse_arg(v: &Value) -> Result<KernelArg, CodeObjectError> {
         value_kind: String::new(),
         address_space: None,
         value_type: None,
+        extra: BTreeMap::new(),
     };
     let (mut has_offset, mut has_size) = (false, false);
     for (k, v) in as_map(v, ".args entry")? {
@@ -116,7 +120,9 @@ fn parse_arg(v: &Value) -> Result<KernelArg, CodeObjectError> {
             ".value_kind" => arg.value_kind = string(&v, &k)?,
             ".address_space" => arg.address_space = Some(string(&v, &k)?),
             ".value_type" => arg.value_type = Some(string(&v, &k)?),
-            _ => {}
+            _ => {
+                arg.extra.insert(k, v);
+            }
         }
     }
     if !has_offset || !has_size || arg.value_kind.is_empty() {

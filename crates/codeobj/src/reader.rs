@@ -1,6 +1,6 @@
 //! Parsing the ELF container: header checks, segments, symbols, descriptors and the note.
 
-use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
+use object::read::elf::{ElfFile64, ProgramHeader as _};
 use object::{
     Endianness, Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind as ObjSymbolKind,
 };
@@ -106,52 +106,95 @@ fn elf_err(e: object::Error) -> CodeObjectError {
     CodeObjectError::Elf(e.to_string())
 }
 
+/// Processor names of `EF_AMDGPU_MACH` values (as llvm-readelf-22 prints them).
 fn mach_name(mach: u32) -> &'static str {
     match mach {
-        0x2c => "gfx908",
-        0x2f => "gfx90a",
-        0x4c => "gfx942",
-        0x4f => "gfx950",
-        0x30 => "gfx1030",
+        0x2c => "gfx900",
+        0x2d => "gfx902",
+        0x2e => "gfx904",
+        0x2f => "gfx906",
+        0x30 => "gfx908",
+        0x31 => "gfx909",
+        0x32 => "gfx90c",
+        0x33 => "gfx1010",
+        0x36 => "gfx1030",
+        0x37 => "gfx1031",
+        0x3f => "gfx90a",
+        0x40 => "gfx940",
         0x41 => "gfx1100",
-        0x4e => "gfx1200",
+        0x43 => "gfx1150",
+        0x46 => "gfx1101",
+        0x47 => "gfx1102",
+        0x48 => "gfx1200",
+        0x49 => "gfx1250",
+        0x4a => "gfx1151",
+        0x4b => "gfx941",
+        0x4c => "gfx942",
+        0x4e => "gfx1201",
+        0x4f => "gfx950",
         _ => "unknown",
     }
+}
+
+/// Checks the ELF identification and header fields that make a file a gfx950 HSA code object,
+/// before any table is parsed, so that each mismatch is reported with what was found.
+fn check_header(bytes: &[u8]) -> Result<(CodeObjectVersion, u32), CodeObjectError> {
+    const ET_DYN: u16 = 3;
+    if bytes.len() < 64 {
+        if bytes.len() >= 4 && bytes[..4] != [0x7f, b'E', b'L', b'F'] {
+            let mut found = [0; 4];
+            found.copy_from_slice(&bytes[..4]);
+            return Err(CodeObjectError::NotElf { found });
+        }
+        return Err(CodeObjectError::TooShort { len: bytes.len() });
+    }
+    let mut magic = [0; 4];
+    magic.copy_from_slice(&bytes[..4]);
+    if magic != [0x7f, b'E', b'L', b'F'] {
+        return Err(CodeObjectError::NotElf { found: magic });
+    }
+    if bytes[4] != 2 {
+        return Err(CodeObjectError::NotElf64 { found: bytes[4] });
+    }
+    if bytes[5] != 1 {
+        return Err(CodeObjectError::NotLittleEndian { found: bytes[5] });
+    }
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let machine = u16_at(18);
+    if machine != EM_AMDGPU {
+        return Err(CodeObjectError::WrongMachine { found: machine });
+    }
+    if bytes[7] != ELFOSABI_AMDGPU_HSA {
+        return Err(CodeObjectError::WrongOsAbi { found: bytes[7] });
+    }
+    // ELFABIVERSION_AMDGPU_HSA_V5 = 3, _V6 = 4 (AMDGPUUsage); v4 and older are not read.
+    let version = match bytes[8] {
+        3 => CodeObjectVersion::V5,
+        4 => CodeObjectVersion::V6,
+        v => return Err(CodeObjectError::Version(v)),
+    };
+    let e_flags = u32::from_le_bytes([bytes[48], bytes[49], bytes[50], bytes[51]]);
+    // EF_AMDGPU_MACH is the low byte; bits 11:8 are the xnack/sramecc feature settings.
+    let mach = e_flags & 0xff;
+    if mach != GFX950_MACH {
+        return Err(CodeObjectError::WrongProcessor {
+            mach,
+            name: mach_name(mach),
+        });
+    }
+    let e_type = u16_at(16);
+    if e_type != ET_DYN {
+        return Err(CodeObjectError::NotSharedObject { found: e_type });
+    }
+    Ok((version, e_flags))
 }
 
 impl CodeObject {
     /// Parses and validates a gfx950 code object.
     pub fn parse(bytes: &[u8]) -> Result<Self, CodeObjectError> {
+        let (version, e_flags) = check_header(bytes)?;
         let file = ElfFile64::<Endianness>::parse(bytes).map_err(elf_err)?;
         let endian = file.endian();
-        let header = file.elf_header();
-        let ident = header.e_ident();
-        let machine = header.e_machine(endian).0;
-        if machine != EM_AMDGPU {
-            return Err(CodeObjectError::NotAmdgpu(format!(
-                "e_machine is {machine}, not {EM_AMDGPU} (EM_AMDGPU)"
-            )));
-        }
-        if ident.os_abi.0 != ELFOSABI_AMDGPU_HSA {
-            return Err(CodeObjectError::NotAmdgpu(format!(
-                "OS/ABI is {}, not {ELFOSABI_AMDGPU_HSA} (AMDGPU HSA)",
-                ident.os_abi.0
-            )));
-        }
-        // ELFABIVERSION_AMDGPU_HSA_V5 = 3, _V6 = 4 (AMDGPUUsage).
-        let version = match ident.abi_version {
-            3 => CodeObjectVersion::V5,
-            4 => CodeObjectVersion::V6,
-            v => return Err(CodeObjectError::Version(v)),
-        };
-        let e_flags = header.e_flags(endian).0;
-        let mach = e_flags & 0xff;
-        if mach != GFX950_MACH {
-            return Err(CodeObjectError::WrongProcessor {
-                mach,
-                name: mach_name(mach),
-            });
-        }
         let mut segments = Vec::new();
         for ph in file.elf_program_headers() {
             if ph.p_type(endian).0 != PT_LOAD {
@@ -216,14 +259,17 @@ impl CodeObject {
 
     /// Reads `len` bytes at `addr` from the loaded image.
     pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let seg = self
-            .segments
-            .iter()
-            .find(|s| addr >= s.vaddr && addr + len as u64 <= s.vaddr + s.mem_size)?;
+        let end = addr.checked_add(len as u64)?;
+        let seg = self.segments.iter().find(|s| {
+            addr >= s.vaddr && s.vaddr.checked_add(s.mem_size).is_some_and(|e| end <= e)
+        })?;
         let start = (addr - seg.vaddr) as usize;
         let mut out = vec![0u8; len];
+        // Bytes past the file image are the zero fill up to mem_size.
         let avail = seg.file_bytes.len().saturating_sub(start).min(len);
-        out[..avail].copy_from_slice(&seg.file_bytes[start..start + avail]);
+        if avail > 0 {
+            out[..avail].copy_from_slice(&seg.file_bytes[start..start + avail]);
+        }
         Some(out)
     }
 
@@ -231,7 +277,7 @@ impl CodeObject {
     pub fn image_size(&self) -> u64 {
         self.segments
             .iter()
-            .map(|s| s.vaddr + s.mem_size)
+            .map(|s| s.vaddr.saturating_add(s.mem_size))
             .max()
             .unwrap_or(0)
     }

@@ -95,19 +95,24 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
     }
 }
 
-/// LDS writes of a tile whose global loads were issued but not yet stored (see
-/// [`stage_tile`]): `(LDS byte offset, value)`.
-pub type PendingWrites<'k, 'ctx> = Vec<(Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>)>;
+/// One LDS write of a tile whose global load was issued but not yet stored (see
+/// [`stage_tile`]): LDS byte offset, value, and the (wave-uniform) condition under which this
+/// wave owns the write, for rounds only some waves take part in.
+pub type PendingWrite<'k, 'ctx> = (Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>, Option<inkwell::values::IntValue<'ctx>>);
+/// The pending writes of a staged tile.
+pub type PendingWrites<'k, 'ctx> = Vec<PendingWrite<'k, 'ctx>>;
 
 /// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
 /// from `col0`) into a row-major LDS tile at `lds_base`, 16 bytes per lane. Wave-instruction `i`
 /// moves chunks `64 i .. 64 i + 63`, which are 1 KB of contiguous LDS, so the same mapping works
 /// with `buffer_load ... lds` (`direct`), where each lane's 16 bytes land at `M0 + 16 * lane`.
 ///
-/// Through VGPRs (`!direct`) the LDS writes of whole rounds are returned instead of emitted, so
-/// a pipeline can issue the global loads early and write LDS later ([`commit_tile`]); rounds
-/// only some waves take part in are written at once.
+/// Through VGPRs (`!direct`) the LDS writes are returned instead of emitted, so a pipeline can
+/// issue the global loads early and write LDS later ([`commit_tile`]). In a round only some
+/// waves take part in, the other waves load the last round again (no branch, so the value
+/// reaches the later write) and their write is skipped.
 #[allow(clippy::too_many_arguments)]
+#[must_use = "LDS writes through VGPRs are returned, not emitted: pass them to commit_tile"]
 pub fn stage_tile<'k, 'ctx>(
     cx: &Ctx<'k, 'ctx>,
     src: &Buffer<'ctx>,
@@ -160,17 +165,18 @@ pub fn stage_tile<'k, 'ctx>(
         };
         let i = cx.wave.idx().add(&Idx::Static(j * cx.warps));
         if (j + 1) * cx.warps <= instrs {
-            pending.extend(emit(i)?);
+            pending.extend(emit(i)?.map(|(off, v)| (off, v, None)));
         } else {
-            // The last round has fewer instructions than waves: the rest of the waves skip it.
+            // The last round has fewer instructions than waves.
             let limit = k.i32(instrs);
             let cond = i.to_value(&limit).lt(&limit);
-            k.if_then(cond, || {
-                if let Some((off, v)) = emit(i.clone())? {
-                    k.lds_store(lds, off, v, 16)?;
-                }
-                Ok(())
-            })?;
+            if direct {
+                // The load itself writes LDS: the other waves skip it.
+                k.if_then(cond, || emit(i.clone()).map(|_| ()))?;
+            } else {
+                let clamped = i.to_value(&limit).min(&k.i32(instrs - 1)).idx();
+                pending.extend(emit(clamped)?.map(|(off, v)| (off, v, Some(cond))));
+            }
         }
     }
     Ok(pending)
@@ -182,8 +188,11 @@ pub fn commit_tile<'k, 'ctx>(
     lds: &Lds<'ctx>,
     pending: PendingWrites<'k, 'ctx>,
 ) -> Result<()> {
-    for (off, v) in pending {
-        cx.k.lds_store(lds, off, v, 16)?;
+    for (off, v, owned) in pending {
+        match owned {
+            None => cx.k.lds_store(lds, off, v, 16)?,
+            Some(cond) => cx.k.if_then(cond, || cx.k.lds_store(lds, off, v, 16))?,
+        }
     }
     Ok(())
 }

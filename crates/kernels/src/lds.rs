@@ -46,7 +46,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let stage = |k0: Int<'k, 'ctx>, step_elems: i64| -> Result<()> {
         let row_bytes = step_elems / 2;
         let srow = step_elems / 32;
-        gemm::stage_tile(
+        let pa = gemm::stage_tile(
             &cx,
             &a,
             &a_global,
@@ -58,7 +58,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
             row_bytes,
             spec.dram_to_lds,
         )?;
-        gemm::stage_tile(
+        let pb = gemm::stage_tile(
             &cx,
             &b,
             &b_global,
@@ -70,6 +70,8 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
             row_bytes,
             spec.dram_to_lds,
         )?;
+        gemm::commit_tile(&cx, &a_lds, pa)?;
+        gemm::commit_tile(&cx, &b_lds, pb)?;
         gemm::stage_scales(&cx, &sfa, &sa_global, m0, k0 / 32, &sa_lds, bm, srow)?;
         gemm::stage_scales(&cx, &sfb, &sb_global, n0, k0 / 32, &sb_lds, bn, srow)?;
         k.barrier()?;

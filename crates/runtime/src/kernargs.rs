@@ -69,7 +69,10 @@ pub fn build(
                 .max()
                 .unwrap_or(0),
         );
-    let mut seg = vec![0u8; size as usize];
+    // Compilers merge kernarg loads into wide scalar loads (s_load_dwordx8/x16) that may read
+    // past the declared size; the HSA runtime's kernarg pool always has memory there. Pad the
+    // same way: to 64 bytes, plus one widest scalar load.
+    let mut seg = vec![0u8; (size as usize).div_ceil(64) * 64 + 64];
     let err = |problem: String| RuntimeError::Arguments {
         kernel: meta.name.clone(),
         problem,

@@ -6,6 +6,7 @@
 //! [`Signal`] that [`Device::wait`] completes. [`launch`] does the usual sequence in one call.
 #![deny(missing_docs)]
 
+mod emu;
 pub mod kernargs;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tilegen_codeobj::{CodeObject, CodeObjectError};
 
+pub use emu::{EmuDevice, stats_json};
 pub use kernargs::ArgValue;
 
 /// An address in device memory.

@@ -1,0 +1,111 @@
+//! The instruction interpreter: one call executes one instruction of one wave.
+
+use super::fault::FaultKind;
+use super::memory::{DeviceMemory, Lds};
+use super::program::Program;
+use super::sched::Step;
+use super::stats::{InstClass, Stats};
+use super::wave::Wave;
+use super::{dsops, mai, salu, valu, vmem};
+use crate::isa::{Encoding, Inst, Opcode};
+
+/// What an instruction does to control flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Continue with the next instruction.
+    Next,
+    /// Continue at this address.
+    Jump(u64),
+    /// Advance, then wait at the workgroup barrier.
+    Barrier,
+    /// Advance, then let the other waves of the workgroup run (`s_sleep`).
+    Yield,
+    /// The wave ends.
+    End,
+}
+
+/// Everything an instruction may touch besides its wave and the LDS.
+pub struct Env<'a> {
+    /// The kernel being run.
+    pub prog: &'a Program,
+    /// Global memory.
+    pub mem: &'a DeviceMemory,
+    /// Counters of the running workgroup.
+    pub stats: &'a mut Stats,
+}
+
+/// The counter class of an instruction.
+pub fn classify(inst: &Inst) -> InstClass {
+    use Encoding::*;
+    match inst.encoding {
+        Sop1 | Sop2 | Sopk | Sopc => match inst.op {
+            Opcode::S_SETPC_B64 | Opcode::S_SWAPPC_B64 | Opcode::S_CALL_B64 => InstClass::Branch,
+            _ => InstClass::Salu,
+        },
+        Sopp => match inst.op {
+            Opcode::S_BARRIER => InstClass::Barrier,
+            _ if inst.branch_target.is_some() => InstClass::Branch,
+            Opcode::S_ENDPGM => InstClass::Branch,
+            _ => InstClass::Control,
+        },
+        Smem => InstClass::Smem,
+        Vop1 | Vop2 | Vopc | Vop3 | Vop1Sdwa | Vop2Sdwa | VopcSdwa | Vop1Dpp | Vop2Dpp => {
+            InstClass::Valu
+        }
+        Vop3p => InstClass::Vop3p,
+        Mai | MaiScaled => match inst.op {
+            Opcode::V_ACCVGPR_READ_B32 | Opcode::V_ACCVGPR_WRITE_B32 => InstClass::Valu,
+            _ => InstClass::Mfma,
+        },
+        Ds => InstClass::Lds,
+        Mubuf | Mtbuf | Flat | Global | Scratch => vmem::class(inst),
+    }
+}
+
+/// Executes the instruction at the wave's PC.
+pub fn step(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds) -> Result<Step, FaultKind> {
+    let inst = env.prog.at(w.pc)?;
+    let next = w.pc + inst.size as u64;
+    env.stats.count(classify(inst), inst.mnemonic());
+    w.executed += 1;
+    use Encoding::*;
+    let flow = match inst.encoding {
+        Sop1 | Sop2 | Sopk | Sopc | Sopp => salu::exec(w, inst, next)?,
+        Smem => salu::smem(env, w, inst)?,
+        Vop1 | Vop2 | Vopc | Vop3 | Vop1Sdwa | Vop2Sdwa | VopcSdwa | Vop1Dpp | Vop2Dpp | Vop3p => {
+            valu::exec(w, inst)?;
+            Flow::Next
+        }
+        Mai | MaiScaled => {
+            mai::exec(env, w, inst)?;
+            Flow::Next
+        }
+        Ds => {
+            dsops::exec(env, w, lds, inst)?;
+            Flow::Next
+        }
+        Mubuf | Mtbuf | Flat | Global | Scratch => {
+            vmem::exec(env, w, lds, inst)?;
+            Flow::Next
+        }
+    };
+    Ok(match flow {
+        Flow::Next => {
+            w.pc = next;
+            Step::Continue
+        }
+        Flow::Jump(t) => {
+            w.pc = t;
+            Step::Continue
+        }
+        Flow::Barrier => {
+            w.pc = next;
+            Step::Barrier
+        }
+        Flow::Yield => {
+            w.pc = next;
+            Step::Yield
+        }
+        Flow::End => Step::End,
+    })
+}

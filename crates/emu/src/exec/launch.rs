@@ -1,0 +1,489 @@
+//! The public launch API.
+
+use rayon::prelude::*;
+use tilegen_codeobj::CodeObject;
+
+use super::fault::{Fault, FaultKind};
+use super::interp::{self, Env};
+use super::memory::{DeviceMemory, LDS_MAX, Lds};
+use super::program::{LoadError, Program};
+use super::sched::{self, Budget};
+use super::setup::{DispatchState, KernelSetup, init_wave};
+use super::stats::Stats;
+use super::wave::Wave;
+
+/// Emulator settings.
+#[derive(Clone, Debug)]
+pub struct EmuConfig {
+    /// Wave-instructions one launch may execute before it is stopped with a fault.
+    pub instruction_budget: u64,
+    /// Run workgroups on the calling thread only (otherwise rayon's pool runs them in
+    /// parallel; results are identical either way for race-free kernels).
+    pub single_threaded: bool,
+}
+
+impl Default for EmuConfig {
+    fn default() -> Self {
+        EmuConfig {
+            instruction_budget: 50_000_000_000,
+            single_threaded: false,
+        }
+    }
+}
+
+/// A gfx950 device emulated on the CPU: device memory plus the ability to run kernels on it.
+#[derive(Debug, Default)]
+pub struct Emulator {
+    memory: DeviceMemory,
+    config: EmuConfig,
+    dispatch_id: u64,
+}
+
+/// Size of an `hsa_kernel_dispatch_packet_t`.
+const DISPATCH_PACKET_BYTES: usize = 64;
+/// Size reserved for the (zeroed) `hsa_queue_t` a kernel may be pointed at.
+const QUEUE_BYTES: u64 = 256;
+
+impl Emulator {
+    /// An emulator owning `memory`.
+    pub fn new(memory: DeviceMemory) -> Emulator {
+        Emulator {
+            memory,
+            config: EmuConfig::default(),
+            dispatch_id: 0,
+        }
+    }
+
+    /// An emulator with explicit settings.
+    pub fn with_config(memory: DeviceMemory, config: EmuConfig) -> Emulator {
+        Emulator {
+            memory,
+            config,
+            dispatch_id: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn config_mut(&mut self) -> &mut EmuConfig {
+        &mut self.config
+    }
+
+    /// Device memory (reads, writes and atomics work through a shared reference).
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.memory
+    }
+
+    /// Device memory for allocation.
+    pub fn memory_mut(&mut self) -> &mut DeviceMemory {
+        &mut self.memory
+    }
+
+    /// Gives the device memory back.
+    pub fn into_memory(self) -> DeviceMemory {
+        self.memory
+    }
+
+    /// Loads kernel `name` of a code object (its image goes into device memory).
+    pub fn load(&mut self, co: &CodeObject, name: &str) -> Result<Program, LoadError> {
+        Program::load(&mut self.memory, co, name)
+    }
+
+    /// Loads raw machine code as a kernel starting at its first byte.
+    pub fn load_code(
+        &mut self,
+        name: &str,
+        code: &[u8],
+        setup: KernelSetup,
+    ) -> Result<Program, LoadError> {
+        Program::load_code(&mut self.memory, name, code, setup)
+    }
+
+    /// Runs `prog` on a grid of `grid` workgroups of `block` work-items, with `kernarg`
+    /// as the kernel argument segment (hidden arguments included; zero-padded to the
+    /// descriptor's size) and `dynamic_lds` bytes of LDS on top of the static amount.
+    pub fn launch(
+        &mut self,
+        prog: &Program,
+        grid: [u32; 3],
+        block: [u32; 3],
+        kernarg: &[u8],
+        dynamic_lds: u32,
+    ) -> Result<Stats, Fault> {
+        let launch_fault = |msg: String| Fault {
+            kernel: prog.name().to_string(),
+            workgroup: [0; 3],
+            wave: 0,
+            pc: prog.entry(),
+            inst: String::new(),
+            kind: Box::new(FaultKind::Launch(msg)),
+        };
+        let setup = prog.setup().clone();
+        let threads = block.iter().map(|&b| b as u64).product::<u64>();
+        if grid.contains(&0) || block.contains(&0) {
+            return Err(launch_fault(format!(
+                "empty grid {grid:?} or block {block:?}"
+            )));
+        }
+        if threads > 1024 {
+            return Err(launch_fault(format!(
+                "{threads} work-items per workgroup (at most 1024)"
+            )));
+        }
+        let lds_bytes = setup.group_segment_fixed_size as u64 + dynamic_lds as u64;
+        if lds_bytes > LDS_MAX as u64 {
+            return Err(launch_fault(format!(
+                "{lds_bytes} bytes of LDS (at most {LDS_MAX})"
+            )));
+        }
+        if setup.code_properties >> 10 & 1 != 0 {
+            return Err(launch_fault(
+                "wave32 kernel (gfx950 runs wave64 only)".into(),
+            ));
+        }
+        let mut karg = kernarg.to_vec();
+        karg.resize(karg.len().max(setup.kernarg_size as usize).max(4), 0);
+
+        // Kernarg segment, dispatch packet and queue live in device memory for the launch.
+        let alloc = |m: &mut DeviceMemory, bytes: &[u8]| {
+            m.upload(bytes).map_err(|e| launch_fault(e.to_string()))
+        };
+        let kernarg_addr = alloc(&mut self.memory, &karg)?;
+        let mut packet = [0u8; DISPATCH_PACKET_BYTES];
+        let dims = if block[2] > 1 || grid[2] > 1 {
+            3u16
+        } else if block[1] > 1 || grid[1] > 1 {
+            2
+        } else {
+            1
+        };
+        packet[2..4].copy_from_slice(&dims.to_le_bytes());
+        for d in 0..3 {
+            packet[4 + 2 * d..6 + 2 * d].copy_from_slice(&(block[d] as u16).to_le_bytes());
+            packet[12 + 4 * d..16 + 4 * d]
+                .copy_from_slice(&grid[d].wrapping_mul(block[d]).to_le_bytes());
+        }
+        packet[24..28].copy_from_slice(&setup.private_segment_fixed_size.to_le_bytes());
+        packet[28..32].copy_from_slice(&(lds_bytes as u32).to_le_bytes());
+        packet[40..48].copy_from_slice(&kernarg_addr.to_le_bytes());
+        let dispatch_ptr = match alloc(&mut self.memory, &packet) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = self.memory.free(kernarg_addr);
+                return Err(e);
+            }
+        };
+        let queue_ptr = match alloc(&mut self.memory, &[0u8; QUEUE_BYTES as usize]) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = self.memory.free(kernarg_addr);
+                let _ = self.memory.free(dispatch_ptr);
+                return Err(e);
+            }
+        };
+        self.dispatch_id += 1;
+        let dispatch = DispatchState {
+            kernarg_addr,
+            dispatch_ptr,
+            queue_ptr,
+            dispatch_id: self.dispatch_id,
+            kernarg: karg,
+            block,
+            grid,
+        };
+        let result = run_grid(
+            prog,
+            &self.memory,
+            &self.config,
+            &setup,
+            &dispatch,
+            lds_bytes as u32,
+        );
+        for a in [kernarg_addr, dispatch_ptr, queue_ptr] {
+            let _ = self.memory.free(a);
+        }
+        result
+    }
+}
+
+/// Runs every workgroup of the grid.
+fn run_grid(
+    prog: &Program,
+    mem: &DeviceMemory,
+    config: &EmuConfig,
+    setup: &KernelSetup,
+    d: &DispatchState,
+    lds_bytes: u32,
+) -> Result<Stats, Fault> {
+    let budget = Budget::new(config.instruction_budget);
+    let total = d.grid.iter().map(|&g| g as u64).product::<u64>();
+    let threads = d.block.iter().map(|&b| b as u64).product::<u64>();
+    let waves_per_wg = threads.div_ceil(64) as u32;
+    let run = |index: u64, cache: &mut Vec<Wave>| -> Result<Stats, (u64, Fault)> {
+        let wg = [
+            (index % d.grid[0] as u64) as u32,
+            ((index / d.grid[0] as u64) % d.grid[1] as u64) as u32,
+            (index / (d.grid[0] as u64 * d.grid[1] as u64)) as u32,
+        ];
+        run_workgroup(
+            prog,
+            mem,
+            setup,
+            d,
+            &budget,
+            index,
+            wg,
+            waves_per_wg,
+            lds_bytes,
+            cache,
+        )
+        .map_err(|f| {
+            budget.record_fault(index);
+            (index, f)
+        })
+    };
+    let results: Vec<Result<Stats, (u64, Fault)>> = if config.single_threaded {
+        let mut cache = Vec::new();
+        (0..total).map(|i| run(i, &mut cache)).collect()
+    } else {
+        (0..total)
+            .into_par_iter()
+            .map_init(Vec::new, |cache, i| run(i, cache))
+            .collect()
+    };
+    let mut stats = Stats::default();
+    let mut first: Option<(u64, Fault)> = None;
+    for r in results {
+        match r {
+            Ok(s) => stats.merge(&s),
+            Err((i, f)) => {
+                let real = *f.kind != FaultKind::Aborted;
+                let better = match &first {
+                    None => true,
+                    Some((j, g)) => {
+                        (real && *g.kind == FaultKind::Aborted)
+                            || (real == (*g.kind != FaultKind::Aborted) && i < *j)
+                    }
+                };
+                if better {
+                    first = Some((i, f));
+                }
+            }
+        }
+    }
+    match first {
+        Some((_, f)) => Err(f),
+        None => Ok(stats),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_workgroup(
+    prog: &Program,
+    mem: &DeviceMemory,
+    setup: &KernelSetup,
+    d: &DispatchState,
+    budget: &Budget,
+    index: u64,
+    wg: [u32; 3],
+    n_waves: u32,
+    lds_bytes: u32,
+    cache: &mut Vec<Wave>,
+) -> Result<Stats, Fault> {
+    let fault = |wave: u32, pc: u64, kind: FaultKind| Fault {
+        kernel: prog.name().to_string(),
+        workgroup: wg,
+        wave,
+        pc,
+        inst: prog.disassemble(pc),
+        kind: Box::new(kind),
+    };
+    // Reuse the register files of earlier workgroups on this thread.
+    while cache.len() < n_waves as usize {
+        cache.push(Wave::new(
+            cache.len() as u32,
+            setup.private_segment_fixed_size,
+        ));
+    }
+    let waves = &mut cache[..n_waves as usize];
+    for (k, w) in waves.iter_mut().enumerate() {
+        w.reset(k as u32, setup.private_segment_fixed_size);
+        w.pc = init_wave(setup, d, wg, k as u32, n_waves, prog.entry(), w)
+            .map_err(|e| fault(k as u32, prog.entry(), e))?;
+    }
+    let mut lds = Lds::new(lds_bytes)
+        .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
+    let mut stats = Stats {
+        workgroups: 1,
+        waves: n_waves as u64,
+        ..Stats::default()
+    };
+    let mut env = Env {
+        prog,
+        mem,
+        stats: &mut stats,
+    };
+    sched::run_workgroup(waves, &mut lds, budget, index, |w, lds| {
+        interp::step(&mut env, w, lds)
+    })
+    .map_err(|(k, kind)| fault(k as u32, waves_pc(waves, k), kind))?;
+    Ok(stats)
+}
+
+fn waves_pc(waves: &[Wave], k: usize) -> u64 {
+    waves.get(k).map_or(0, |w| w.pc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::memory::AccessKind;
+
+    /// A kernel descriptor: kernarg segment pointer in s[0:1] (code property bit 3),
+    /// USER_SGPR_COUNT 2, workgroup ids x and y enabled (rsrc2 bits 7 and 8, so they land in
+    /// s2 and s3), `lds` bytes of static LDS, an 8-byte kernarg segment.
+    fn descriptor(lds: u32) -> KernelSetup {
+        let mut kd = [0u8; 64];
+        kd[0..4].copy_from_slice(&lds.to_le_bytes());
+        kd[8..12].copy_from_slice(&8u32.to_le_bytes());
+        kd[52..56].copy_from_slice(&((2u32 << 1) | (1 << 7) | (1 << 8)).to_le_bytes());
+        kd[56..58].copy_from_slice(&8u16.to_le_bytes());
+        KernelSetup::from_descriptor(&kd)
+    }
+
+    fn code(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// Each work-item stores its id in LDS, the two waves meet at the barrier, and each then
+    /// reads the id of work-item 127 - tid (written by the other wave) and stores
+    /// wg_y*10^6 + wg_x*10^3 + (127 - tid) to out[(wg_y*3 + wg_x)*128 + tid].
+    const EXCHANGE: &[u32] = &[
+        0xc0060100, 0x00000000, // s_load_dwordx2 s[4:5], s[0:1], 0x0
+        0x260200ff, 0x000003ff, // v_and_b32_e32 v1, 0x3ff, v0
+        0x24040282, // v_lshlrev_b32_e32 v2, 2, v1
+        0xd81a0000, 0x00000102, // ds_write_b32 v2, v1
+        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
+        0xbf8a0000, // s_barrier
+        0x6a0602ff, 0x0000007f, // v_sub_u32_e32 v3, 0x7f, v1
+        0x24060682, // v_lshlrev_b32_e32 v3, 2, v3
+        0xd86c0000, 0x04000003, // ds_read_b32 v4, v3
+        0x9206ff03, 0x000f4240, // s_mul_i32 s6, s3, 0xf4240
+        0x9207ff02, 0x000003e8, // s_mul_i32 s7, s2, 0x3e8
+        0x80060706, // s_add_u32 s6, s6, s7
+        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
+        0x68080806, // v_add_u32_e32 v4, s6, v4
+        0x92088303, // s_mul_i32 s8, s3, 3
+        0x80080208, // s_add_u32 s8, s8, s2
+        0x8e088708, // s_lshl_b32 s8, s8, 7
+        0x680a0208, // v_add_u32_e32 v5, s8, v1
+        0x240a0a82, // v_lshlrev_b32_e32 v5, 2, v5
+        0xbf8c0070, // s_waitcnt vmcnt(0) lgkmcnt(0)
+        0xdc708000, 0x00040405, // global_store_dword v5, v4, s[4:5]
+        0xbf810000, // s_endpgm
+    ];
+
+    #[test]
+    fn ids_kernargs_lds_and_barrier() {
+        for single_threaded in [false, true] {
+            let mut emu = Emulator::new(DeviceMemory::new());
+            emu.config_mut().single_threaded = single_threaded;
+            let out = emu.memory_mut().alloc(6 * 128 * 4).unwrap();
+            let prog = emu
+                .load_code("exchange", &code(EXCHANGE), descriptor(512))
+                .unwrap();
+            let stats = emu
+                .launch(&prog, [3, 2, 1], [128, 1, 1], &out.to_le_bytes(), 0)
+                .unwrap();
+            for y in 0..2u32 {
+                for x in 0..3u32 {
+                    for t in 0..128u32 {
+                        let at = out + 4 * (((y * 3 + x) * 128 + t) as u64);
+                        let want = y * 1_000_000 + x * 1000 + (127 - t);
+                        assert_eq!(
+                            emu.memory().read_u32(at).unwrap(),
+                            want,
+                            "wg ({x},{y}) tid {t}"
+                        );
+                    }
+                }
+            }
+            assert_eq!((stats.workgroups, stats.waves), (6, 12));
+            // 22 instructions per wave (the listing above).
+            assert_eq!(stats.instructions(), 12 * 22);
+        }
+    }
+
+    /// Only wave 1 of workgroup (1,0,0) loads from address 16, which no allocation covers;
+    /// the fault names that wave, the instruction and the address.
+    #[test]
+    fn fault_names_workgroup_wave_instruction_and_address() {
+        let words = [
+            0xbf068102, // s_cmp_eq_u32 s2, 1
+            0xbf840008, // s_cbranch_scc0 8
+            0x260200ff, 0x000003ff, // v_and_b32_e32 v1, 0x3ff, v0
+            0x7db602c0, // v_cmpx_le_u32_e32 vcc, 64, v1
+            0x7e080280, // v_mov_b32_e32 v4, 0
+            0x7e0a0280, // v_mov_b32_e32 v5, 0
+            0xdc508010, 0x037f0004, // global_load_dword v3, v[4:5], off offset:16
+            0xbf8c0f70, // s_waitcnt vmcnt(0)
+            0xbf810000, // s_endpgm
+        ];
+        let mut emu = Emulator::new(DeviceMemory::new());
+        let prog = emu
+            .load_code("nullread", &code(&words), descriptor(0))
+            .unwrap();
+        let f = emu
+            .launch(&prog, [4, 1, 1], [128, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert_eq!(
+            (f.kernel.as_str(), f.workgroup, f.wave),
+            ("nullread", [1, 0, 0], 1)
+        );
+        assert_eq!(f.pc, prog.entry() + 28);
+        assert!(f.inst.starts_with("global_load_dword"), "{}", f.inst);
+        match &*f.kind {
+            FaultKind::Memory(m) => assert_eq!((m.addr, m.len, m.kind), (16, 4, AccessKind::Read)),
+            k => panic!("unexpected fault {k:?}"),
+        }
+    }
+
+    #[test]
+    fn endless_loop_runs_out_of_budget() {
+        let mut emu = Emulator::new(DeviceMemory::new());
+        emu.config_mut().instruction_budget = 100_000;
+        let prog = emu
+            .load_code(
+                "spin",
+                &code(&[0xbf82ffff /* s_branch -1 */]),
+                descriptor(0),
+            )
+            .unwrap();
+        let f = emu
+            .launch(&prog, [1, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert_eq!(*f.kind, FaultKind::Budget { budget: 100_000 });
+        assert_eq!(f.pc, prog.entry());
+        assert!(f.inst.starts_with("s_branch"), "{}", f.inst);
+    }
+
+    #[test]
+    fn invalid_launches_are_refused() {
+        let mut emu = Emulator::new(DeviceMemory::new());
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), descriptor(0))
+            .unwrap();
+        for (grid, block, lds) in [
+            ([0, 1, 1], [64, 1, 1], 0),
+            ([1, 1, 1], [1025, 1, 1], 0),
+            ([1, 1, 1], [64, 1, 1], 200_000),
+        ] {
+            let f = emu.launch(&prog, grid, block, &[0; 8], lds).unwrap_err();
+            assert!(matches!(*f.kind, FaultKind::Launch(_)), "{f}");
+        }
+        // Launch-time allocations are released again.
+        let before = emu.memory().allocation_count();
+        emu.launch(&prog, [2, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap();
+        assert_eq!(emu.memory().allocation_count(), before);
+    }
+}

@@ -1,0 +1,677 @@
+//! Device memory: the global heap shared by every workgroup of a launch, the per-workgroup
+//! LDS, and per-lane scratch (private segment).
+//!
+//! Global memory is accessed concurrently by workgroups that run on different host threads.
+//! It is stored as `AtomicU64` words and every access is a relaxed atomic load, store or
+//! compare-exchange, so racing kernels (which are racy on hardware too) never cause a host
+//! data race; GPU atomics are compare-exchange loops and therefore really atomic. Relaxed
+//! ordering is enough because the emulator gives no cross-workgroup ordering guarantees
+//! beyond what the kernel's own atomics provide, and a launch joins all its threads before
+//! the host reads results.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Base of the first allocation. Far above 4 GiB so that a pointer truncated to 32 bits
+/// never lands in the heap, and never 0 so that null is always a fault.
+pub const HEAP_BASE: u64 = 0x0000_1000_0000_0000;
+/// Allocation granularity (allocation bases are aligned to this).
+pub const PAGE: u64 = 4096;
+/// Unmapped gap left after every allocation, so small overruns fault instead of silently
+/// reading the next buffer.
+pub const GUARD: u64 = 64 * 1024;
+
+/// Start of the flat-address window that maps to LDS (what `src_shared_base` reports).
+/// Flat addresses `SHARED_APERTURE .. SHARED_APERTURE + 4 GiB` address the workgroup's LDS.
+pub const SHARED_APERTURE: u64 = 0x1000_0000_0000_0000;
+/// Start of the flat-address window that maps to the lane's private (scratch) memory
+/// (what `src_private_base` reports).
+pub const PRIVATE_APERTURE: u64 = 0x2000_0000_0000_0000;
+/// Size of each aperture window.
+pub const APERTURE_SIZE: u64 = 1 << 32;
+
+/// CDNA4 allocates LDS in contiguous 1280-byte blocks (ISA section 3.6.5), so a workgroup may
+/// address up to the end of its last block.
+pub const LDS_GRANULE: u32 = 1280;
+/// LDS per compute unit on gfx950 (the most one workgroup can have).
+pub const LDS_MAX: u32 = 160 * 1024;
+
+/// Whether an access reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    /// A load.
+    Read,
+    /// A store.
+    Write,
+    /// A read-modify-write atomic.
+    Atomic,
+}
+
+impl fmt::Display for AccessKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+            AccessKind::Atomic => "atomic",
+        })
+    }
+}
+
+/// An access that does not fall entirely inside one live allocation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} of {len} bytes at {addr:#x} is outside every allocation{}", describe_nearest(*addr, *nearest))]
+pub struct MemFault {
+    /// First byte of the access.
+    pub addr: u64,
+    /// Length of the access in bytes.
+    pub len: u64,
+    /// What the access was.
+    pub kind: AccessKind,
+    /// The allocation closest to `addr` as (base, size), if any exists.
+    pub nearest: Option<(u64, u64)>,
+}
+
+fn describe_nearest(addr: u64, nearest: Option<(u64, u64)>) -> String {
+    match nearest {
+        None => " (no allocations exist)".to_string(),
+        Some((base, size)) => {
+            let end = base + size;
+            let rel = if addr < base {
+                format!("{} bytes before it", base - addr)
+            } else if addr >= end {
+                format!("{} bytes past its end", addr - end)
+            } else {
+                format!("at offset {} of it, running past its end", addr - base)
+            };
+            format!("; nearest allocation [{base:#x}, {end:#x}) ({size} bytes), {rel}")
+        }
+    }
+}
+
+/// Errors of the host-side allocation API.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// A zero-sized allocation was requested.
+    #[error("zero-sized allocation")]
+    ZeroSize,
+    /// The requested alignment is not a power of two.
+    #[error("alignment {0} is not a power of two")]
+    BadAlignment(u64),
+    /// The address space ran out (or the size overflowed).
+    #[error("allocation of {0} bytes does not fit the address space")]
+    TooLarge(u64),
+    /// `free` was given an address that is not the base of a live allocation.
+    #[error("{0:#x} is not the base of a live allocation")]
+    NotAllocated(u64),
+}
+
+struct Allocation {
+    base: u64,
+    size: u64,
+    words: Box<[AtomicU64]>,
+}
+
+/// The global heap. Host code allocates and copies with `&mut self`/`&self`; kernels read and
+/// write through `&self` from any thread.
+pub struct DeviceMemory {
+    /// Live allocations sorted by base.
+    allocs: Vec<Allocation>,
+    next_base: u64,
+}
+
+impl Default for DeviceMemory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut l = f.debug_list();
+        for a in &self.allocs {
+            l.entry(&format_args!("[{:#x}, {:#x})", a.base, a.base + a.size));
+        }
+        l.finish()
+    }
+}
+
+impl DeviceMemory {
+    /// An empty heap.
+    pub fn new() -> Self {
+        DeviceMemory {
+            allocs: Vec::new(),
+            next_base: HEAP_BASE,
+        }
+    }
+
+    /// Allocates `size` zeroed bytes at a page-aligned base and returns the base.
+    pub fn alloc(&mut self, size: u64) -> Result<u64, AllocError> {
+        self.alloc_aligned(size, PAGE)
+    }
+
+    /// Allocates `size` zeroed bytes whose base is a multiple of `align` (at least a page).
+    pub fn alloc_aligned(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        if !align.is_power_of_two() {
+            return Err(AllocError::BadAlignment(align));
+        }
+        let align = align.max(PAGE);
+        let base = self
+            .next_base
+            .checked_add(align - 1)
+            .map(|b| b & !(align - 1))
+            .ok_or(AllocError::TooLarge(size))?;
+        let end = base.checked_add(size).ok_or(AllocError::TooLarge(size))?;
+        if end >= SHARED_APERTURE {
+            return Err(AllocError::TooLarge(size));
+        }
+        let n_words = usize::try_from(size.div_ceil(8)).map_err(|_| AllocError::TooLarge(size))?;
+        let words: Box<[AtomicU64]> = (0..n_words).map(|_| AtomicU64::new(0)).collect();
+        self.next_base = (end + GUARD).next_multiple_of(PAGE);
+        // Bases only grow, so pushing keeps the list sorted.
+        self.allocs.push(Allocation { base, size, words });
+        Ok(base)
+    }
+
+    /// Allocates a buffer holding `data` and returns its base.
+    pub fn upload(&mut self, data: &[u8]) -> Result<u64, AllocError> {
+        let base = self.alloc(data.len().max(1) as u64)?;
+        // Cannot fault: the range was just allocated.
+        self.write(base, data)
+            .map_err(|_| AllocError::TooLarge(data.len() as u64))?;
+        Ok(base)
+    }
+
+    /// Releases the allocation based at `base`.
+    pub fn free(&mut self, base: u64) -> Result<(), AllocError> {
+        let idx = self
+            .allocs
+            .binary_search_by_key(&base, |a| a.base)
+            .map_err(|_| AllocError::NotAllocated(base))?;
+        self.allocs.remove(idx);
+        Ok(())
+    }
+
+    /// Size of the allocation based at `base`, if it is live.
+    pub fn size_of(&self, base: u64) -> Option<u64> {
+        self.allocs
+            .binary_search_by_key(&base, |a| a.base)
+            .ok()
+            .map(|i| self.allocs[i].size)
+    }
+
+    /// Number of live allocations.
+    pub fn allocation_count(&self) -> usize {
+        self.allocs.len()
+    }
+
+    fn find(&self, addr: u64, len: u64, kind: AccessKind) -> Result<&Allocation, MemFault> {
+        let idx = self.allocs.partition_point(|a| a.base <= addr);
+        if idx > 0 {
+            let a = &self.allocs[idx - 1];
+            if addr - a.base < a.size && len <= a.size - (addr - a.base) {
+                return Ok(a);
+            }
+        }
+        Err(MemFault {
+            addr,
+            len,
+            kind,
+            nearest: self.nearest(addr),
+        })
+    }
+
+    fn nearest(&self, addr: u64) -> Option<(u64, u64)> {
+        self.allocs
+            .iter()
+            .min_by_key(|a| {
+                if addr < a.base {
+                    a.base - addr
+                } else {
+                    addr.saturating_sub(a.base + a.size)
+                }
+            })
+            .map(|a| (a.base, a.size))
+    }
+
+    /// Copies `buf.len()` bytes starting at `addr` into `buf`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let a = self.find(addr, buf.len() as u64, AccessKind::Read)?;
+        let mut off = addr - a.base;
+        let mut done = 0;
+        while done < buf.len() {
+            let word = a.words[(off / 8) as usize]
+                .load(Ordering::Relaxed)
+                .to_le_bytes();
+            let start = (off % 8) as usize;
+            let n = (8 - start).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&word[start..start + n]);
+            done += n;
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let a = self.find(addr, data.len() as u64, AccessKind::Write)?;
+        let mut off = addr - a.base;
+        let mut done = 0;
+        while done < data.len() {
+            let start = (off % 8) as usize;
+            let n = (8 - start).min(data.len() - done);
+            let slot = &a.words[(off / 8) as usize];
+            if n == 8 {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&data[done..done + 8]);
+                slot.store(u64::from_le_bytes(w), Ordering::Relaxed);
+            } else {
+                // Partial word: merge under compare-exchange so a concurrent writer of the
+                // other bytes of this word is never lost.
+                let mut bytes = [0u8; 8];
+                bytes[start..start + n].copy_from_slice(&data[done..done + n]);
+                let value = u64::from_le_bytes(bytes);
+                let mask = (u64::MAX >> (64 - 8 * n as u32)) << (8 * start as u32);
+                let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    Some((old & !mask) | value)
+                });
+            }
+            done += n;
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads a little-endian u32.
+    pub fn read_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian u32.
+    pub fn write_u32(&self, addr: u64, v: u32) -> Result<(), MemFault> {
+        self.write(addr, &v.to_le_bytes())
+    }
+
+    /// Reads a little-endian u64.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, MemFault> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Copies `len` bytes at `addr` into a new vector.
+    pub fn read_vec(&self, addr: u64, len: usize) -> Result<Vec<u8>, MemFault> {
+        let mut v = vec![0u8; len];
+        self.read(addr, &mut v)?;
+        Ok(v)
+    }
+
+    /// Atomically replaces the u32 at `addr` (4-byte aligned) by `f(old)` and returns `old`.
+    pub fn atomic_u32(&self, addr: u64, f: impl Fn(u32) -> u32) -> Result<u32, MemFault> {
+        let a = self.find(addr, 4, AccessKind::Atomic)?;
+        if !addr.is_multiple_of(4) {
+            return Err(MemFault {
+                addr,
+                len: 4,
+                kind: AccessKind::Atomic,
+                nearest: Some((a.base, a.size)),
+            });
+        }
+        let off = addr - a.base;
+        let shift = 8 * (off % 8) as u32;
+        let slot = &a.words[(off / 8) as usize];
+        let mut old32 = 0;
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+            old32 = (w >> shift) as u32;
+            let new32 = f(old32) as u64;
+            Some((w & !(0xffff_ffffu64 << shift)) | (new32 << shift))
+        });
+        Ok(old32)
+    }
+
+    /// Atomically replaces the u64 at `addr` (8-byte aligned) by `f(old)` and returns `old`.
+    pub fn atomic_u64(&self, addr: u64, f: impl Fn(u64) -> u64) -> Result<u64, MemFault> {
+        let a = self.find(addr, 8, AccessKind::Atomic)?;
+        if !addr.is_multiple_of(8) {
+            return Err(MemFault {
+                addr,
+                len: 8,
+                kind: AccessKind::Atomic,
+                nearest: Some((a.base, a.size)),
+            });
+        }
+        let slot = &a.words[((addr - a.base) / 8) as usize];
+        let old = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| Some(f(w)));
+        // fetch_update only fails if the closure returns None, which it never does.
+        Ok(old.unwrap_or_else(|w| w))
+    }
+}
+
+/// One workgroup's LDS. Only the thread running that workgroup touches it, so it is plain
+/// bytes.
+///
+/// Out-of-range rule (CDNA3/CDNA4 ISA, "LDS" chapter): a DS access whose address lies at or
+/// beyond the workgroup's allocation returns 0 for reads and is discarded for writes; it
+/// does not fault. The check is applied per byte here, which coincides with the hardware's
+/// per-dword check for every naturally aligned access.
+#[derive(Clone, Debug)]
+pub struct Lds {
+    bytes: Vec<u8>,
+    /// Number of accesses that touched bytes outside the allocation (a diagnostic).
+    pub out_of_range: u64,
+}
+
+impl Lds {
+    /// LDS for a workgroup that asked for `requested` bytes, rounded up to the allocation
+    /// granule. Returns `None` if more than a compute unit has was requested.
+    pub fn new(requested: u32) -> Option<Lds> {
+        let size = requested.div_ceil(LDS_GRANULE) * LDS_GRANULE;
+        if requested > LDS_MAX {
+            return None;
+        }
+        Some(Lds {
+            bytes: vec![0; size as usize],
+            out_of_range: 0,
+        })
+    }
+
+    /// Allocated size in bytes.
+    pub fn size(&self) -> u32 {
+        self.bytes.len() as u32
+    }
+
+    /// Reads `buf.len()` bytes at `addr`; bytes beyond the allocation read as zero.
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) {
+        let size = self.bytes.len() as u64;
+        if addr < size && addr + buf.len() as u64 <= size {
+            buf.copy_from_slice(&self.bytes[addr as usize..addr as usize + buf.len()]);
+            return;
+        }
+        self.out_of_range += 1;
+        for (i, b) in buf.iter_mut().enumerate() {
+            let a = addr + i as u64;
+            *b = if a < size { self.bytes[a as usize] } else { 0 };
+        }
+    }
+
+    /// Writes `data` at `addr`; bytes beyond the allocation are dropped.
+    pub fn write(&mut self, addr: u64, data: &[u8]) {
+        let size = self.bytes.len() as u64;
+        if addr < size && addr + data.len() as u64 <= size {
+            self.bytes[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+            return;
+        }
+        self.out_of_range += 1;
+        for (i, b) in data.iter().enumerate() {
+            let a = addr + i as u64;
+            if a < size {
+                self.bytes[a as usize] = *b;
+            }
+        }
+    }
+
+    /// Reads a u32 (0 where out of range).
+    pub fn read_u32(&mut self, addr: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    /// Writes a u32 (dropped where out of range).
+    pub fn write_u32(&mut self, addr: u64, v: u32) {
+        self.write(addr, &v.to_le_bytes());
+    }
+
+    /// The whole LDS contents (for tests and debugging).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Private memory of one wave: `per_lane` bytes for each of the 64 lanes.
+///
+/// Hardware performs no range check on flat scratch (an overrun reads another wave's
+/// memory), so an access outside the lane's private segment is reported as a fault rather
+/// than emulated: it is always a kernel bug and a silent answer would hide it.
+#[derive(Clone, Debug)]
+pub struct Scratch {
+    per_lane: u32,
+    bytes: Vec<u8>,
+}
+
+/// An access outside a lane's private segment.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "scratch {kind} of {len} bytes at private offset {offset:#x} (lane {lane}) is outside the {size}-byte private segment"
+)]
+pub struct ScratchFault {
+    /// Lane that made the access.
+    pub lane: usize,
+    /// Offset inside the private segment.
+    pub offset: u64,
+    /// Length of the access.
+    pub len: u64,
+    /// Per-lane segment size.
+    pub size: u32,
+    /// What the access was.
+    pub kind: AccessKind,
+}
+
+impl Scratch {
+    /// Private memory of `per_lane` bytes per lane.
+    pub fn new(per_lane: u32) -> Scratch {
+        Scratch {
+            per_lane,
+            bytes: vec![0; per_lane as usize * 64],
+        }
+    }
+
+    /// Bytes per lane.
+    pub fn per_lane(&self) -> u32 {
+        self.per_lane
+    }
+
+    /// Zeroes every lane's memory.
+    pub fn clear(&mut self) {
+        self.bytes.fill(0);
+    }
+
+    fn range(
+        &self,
+        lane: usize,
+        offset: u64,
+        len: usize,
+        kind: AccessKind,
+    ) -> Result<usize, ScratchFault> {
+        if lane < 64
+            && offset
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= self.per_lane as u64)
+        {
+            Ok(lane * self.per_lane as usize + offset as usize)
+        } else {
+            Err(ScratchFault {
+                lane,
+                offset,
+                len: len as u64,
+                size: self.per_lane,
+                kind,
+            })
+        }
+    }
+
+    /// Reads lane `lane`'s private bytes at `offset`.
+    pub fn read(&self, lane: usize, offset: u64, buf: &mut [u8]) -> Result<(), ScratchFault> {
+        let at = self.range(lane, offset, buf.len(), AccessKind::Read)?;
+        buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
+        Ok(())
+    }
+
+    /// Writes lane `lane`'s private bytes at `offset`.
+    pub fn write(&mut self, lane: usize, offset: u64, data: &[u8]) -> Result<(), ScratchFault> {
+        let at = self.range(lane, offset, data.len(), AccessKind::Write)?;
+        self.bytes[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocations_are_page_aligned_nonzero_and_separated() {
+        let mut m = DeviceMemory::new();
+        let a = m.alloc(10).unwrap();
+        let b = m.alloc(5000).unwrap();
+        assert_ne!(a, 0);
+        assert_eq!(a % PAGE, 0);
+        assert_eq!(b % PAGE, 0);
+        assert!(b >= a + 10 + GUARD);
+        let c = m.alloc_aligned(1, 1 << 20).unwrap();
+        assert_eq!(c % (1 << 20), 0);
+        assert_eq!(m.alloc(0), Err(AllocError::ZeroSize));
+        assert_eq!(m.alloc_aligned(8, 3), Err(AllocError::BadAlignment(3)));
+    }
+
+    #[test]
+    fn read_write_roundtrip_unaligned_and_zeroed() {
+        let mut m = DeviceMemory::new();
+        let a = m.alloc(64).unwrap();
+        assert_eq!(m.read_vec(a, 64).unwrap(), vec![0; 64]);
+        let data: Vec<u8> = (0..21).collect();
+        m.write(a + 3, &data).unwrap();
+        let back = m.read_vec(a, 30).unwrap();
+        assert_eq!(&back[3..24], &data[..]);
+        assert_eq!(&back[..3], &[0, 0, 0]);
+        assert_eq!(&back[24..], &[0; 6]);
+        m.write_u32(a + 60, 0xdead_beef).unwrap();
+        assert_eq!(m.read_u32(a + 60).unwrap(), 0xdead_beef);
+    }
+
+    #[test]
+    fn faults_name_the_address_and_nearest_allocation() {
+        let mut m = DeviceMemory::new();
+        assert_eq!(
+            m.read_u32(0).unwrap_err(),
+            MemFault {
+                addr: 0,
+                len: 4,
+                kind: AccessKind::Read,
+                nearest: None
+            }
+        );
+        let a = m.alloc(16).unwrap();
+        // Straddling the end: 4 bytes at offset 14.
+        let e = m.write_u32(a + 14, 1).unwrap_err();
+        assert_eq!(
+            e,
+            MemFault {
+                addr: a + 14,
+                len: 4,
+                kind: AccessKind::Write,
+                nearest: Some((a, 16))
+            }
+        );
+        let text = e.to_string();
+        assert!(text.contains(&format!("{:#x}", a + 14)), "{text}");
+        assert!(text.contains("running past its end"), "{text}");
+        let e = m.read_u32(a + 100).unwrap_err();
+        assert!(e.to_string().contains("84 bytes past its end"), "{e}");
+        let e = m.read_u32(a - 8).unwrap_err();
+        assert!(e.to_string().contains("8 bytes before it"), "{e}");
+        // The guard gap after the allocation is unmapped.
+        assert!(m.read_u32(a + 16).is_err());
+    }
+
+    #[test]
+    fn free_unmaps() {
+        let mut m = DeviceMemory::new();
+        let a = m.alloc(16).unwrap();
+        m.free(a).unwrap();
+        assert!(m.read_u32(a).is_err());
+        assert_eq!(m.free(a), Err(AllocError::NotAllocated(a)));
+    }
+
+    #[test]
+    fn atomics_are_atomic_across_threads() {
+        let mut m = DeviceMemory::new();
+        let a = m.alloc(16).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        m.atomic_u32(a + 4, |x| x + 1).unwrap();
+                        m.atomic_u32(a, |x| x + 2).unwrap();
+                        m.atomic_u64(a + 8, |x| x + 3).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(m.read_u32(a).unwrap(), 8000);
+        assert_eq!(m.read_u32(a + 4).unwrap(), 4000);
+        assert_eq!(m.read_u64(a + 8).unwrap(), 12000);
+        assert!(m.atomic_u32(a + 2, |x| x).is_err());
+        assert!(m.atomic_u64(a + 4, |x| x).is_err());
+    }
+
+    #[test]
+    fn concurrent_byte_writes_to_one_word_are_not_lost() {
+        let mut m = DeviceMemory::new();
+        let a = m.alloc(8).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let m = &m;
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        m.write(a + t as u64, &[t + 1]).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(m.read_vec(a, 8).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn lds_out_of_range_reads_zero_and_drops_writes() {
+        let mut l = Lds::new(100).unwrap();
+        assert_eq!(l.size(), LDS_GRANULE);
+        l.write_u32(0, 7);
+        assert_eq!(l.read_u32(0), 7);
+        l.write_u32(LDS_GRANULE as u64, 9);
+        assert_eq!(l.read_u32(LDS_GRANULE as u64), 0);
+        assert_eq!(l.out_of_range, 2);
+        // Partially out of range: the in-range bytes are written and read.
+        l.write(LDS_GRANULE as u64 - 2, &[1, 2, 3, 4]);
+        let mut b = [9u8; 4];
+        l.read(LDS_GRANULE as u64 - 2, &mut b);
+        assert_eq!(b, [1, 2, 0, 0]);
+        assert!(Lds::new(LDS_MAX).is_some());
+        assert!(Lds::new(LDS_MAX + 1).is_none());
+        assert_eq!(Lds::new(0).unwrap().size(), 0);
+    }
+
+    #[test]
+    fn scratch_is_per_lane_and_bounds_checked() {
+        let mut s = Scratch::new(16);
+        s.write(3, 12, &[1, 2, 3, 4]).unwrap();
+        let mut b = [0u8; 4];
+        s.read(3, 12, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+        s.read(4, 12, &mut b).unwrap();
+        assert_eq!(b, [0; 4]);
+        let e = s.write(3, 13, &[0; 4]).unwrap_err();
+        assert_eq!(e.offset, 13);
+        assert!(s.read(64, 0, &mut b).is_err());
+    }
+}

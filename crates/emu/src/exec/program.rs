@@ -1,0 +1,194 @@
+//! A kernel ready to run: its code object image in device memory and its instructions decoded
+//! once, indexed by address.
+
+use tilegen_codeobj::{CodeObject, KernelDescriptor};
+
+use super::fault::FaultKind;
+use super::memory::{AllocError, DeviceMemory, MemFault};
+use super::setup::KernelSetup;
+use crate::isa::{self, Inst};
+
+/// Why a kernel could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The code object has no kernel of that name.
+    #[error("the code object has no kernel `{0}`")]
+    NoSuchKernel(String),
+    /// Device memory for the image could not be allocated.
+    #[error("allocating the code object image: {0}")]
+    Alloc(#[from] AllocError),
+    /// Copying the image failed.
+    #[error("copying the code object image: {0}")]
+    Copy(#[from] MemFault),
+    /// The kernel's entry point is not inside `.text`.
+    #[error("kernel entry {entry:#x} is outside .text [{start:#x}, {end:#x})")]
+    EntryOutsideText {
+        /// Entry address (relative to the image).
+        entry: u64,
+        /// Start of `.text`.
+        start: u64,
+        /// End of `.text`.
+        end: u64,
+    },
+}
+
+const NO_INST: u32 = u32::MAX;
+
+/// A loaded kernel.
+#[derive(Debug)]
+pub struct Program {
+    name: String,
+    setup: KernelSetup,
+    image_base: u64,
+    text_start: u64,
+    entry: u64,
+    /// Decoded instructions (or the decoder's complaint) in address order.
+    decoded: Vec<Result<Inst, String>>,
+    /// For every dword of `.text`: index into `decoded` of the instruction starting there.
+    index: Vec<u32>,
+}
+
+impl KernelSetup {
+    /// The setup a code-object kernel descriptor describes.
+    pub fn from_kernel_descriptor(kd: &KernelDescriptor) -> KernelSetup {
+        KernelSetup {
+            group_segment_fixed_size: kd.group_segment_fixed_size,
+            private_segment_fixed_size: kd.private_segment_fixed_size,
+            kernarg_size: kd.kernarg_size,
+            entry_offset: kd.kernel_code_entry_byte_offset,
+            rsrc1: kd.compute_pgm_rsrc1,
+            rsrc2: kd.compute_pgm_rsrc2,
+            rsrc3: kd.compute_pgm_rsrc3,
+            code_properties: kd.kernel_code_properties,
+            kernarg_preload_length: kd.kernarg_preload_length(),
+            kernarg_preload_offset: kd.kernarg_preload_offset(),
+        }
+    }
+}
+
+impl Program {
+    /// Loads kernel `name` of `co` into `mem` (the whole loadable image is copied, so
+    /// PC-relative data references work) and decodes its `.text`.
+    pub fn load(mem: &mut DeviceMemory, co: &CodeObject, name: &str) -> Result<Program, LoadError> {
+        let kernel = co
+            .kernel(name)
+            .ok_or_else(|| LoadError::NoSuchKernel(name.to_string()))?;
+        let size = co.image_size().max(4);
+        let base = mem.alloc(size)?;
+        for seg in &co.segments {
+            mem.write(base + seg.vaddr, &seg.file_bytes)?;
+        }
+        let (text_addr, text) = (&co.text.0, &co.text.1);
+        let end = text_addr + text.len() as u64;
+        if kernel.entry < *text_addr || kernel.entry >= end {
+            return Err(LoadError::EntryOutsideText {
+                entry: kernel.entry,
+                start: *text_addr,
+                end,
+            });
+        }
+        Ok(Program::build(
+            name.to_string(),
+            KernelSetup::from_kernel_descriptor(&kernel.descriptor),
+            base,
+            base + text_addr,
+            text,
+            base + kernel.entry,
+        ))
+    }
+
+    /// Loads raw machine code as a kernel whose entry is the first byte (for tests and tools
+    /// that assemble code without a code object).
+    pub fn load_code(
+        mem: &mut DeviceMemory,
+        name: &str,
+        code: &[u8],
+        setup: KernelSetup,
+    ) -> Result<Program, LoadError> {
+        let base = mem.alloc(code.len().max(4) as u64)?;
+        mem.write(base, code)?;
+        Ok(Program::build(
+            name.to_string(),
+            setup,
+            base,
+            base,
+            code,
+            base,
+        ))
+    }
+
+    fn build(
+        name: String,
+        setup: KernelSetup,
+        image_base: u64,
+        text_start: u64,
+        text: &[u8],
+        entry: u64,
+    ) -> Program {
+        let mut decoded = Vec::new();
+        let mut index = vec![NO_INST; text.len().div_ceil(4)];
+        for (pc, r) in isa::decode_lenient(text, text_start) {
+            index[((pc - text_start) / 4) as usize] = decoded.len() as u32;
+            decoded.push(r.map_err(|e| e.to_string()));
+        }
+        Program {
+            name,
+            setup,
+            image_base,
+            text_start,
+            entry,
+            decoded,
+            index,
+        }
+    }
+
+    /// Kernel name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The descriptor-derived setup.
+    pub fn setup(&self) -> &KernelSetup {
+        &self.setup
+    }
+
+    /// Device address of the kernel's first instruction.
+    pub fn entry(&self) -> u64 {
+        self.entry
+    }
+
+    /// Device address where the code object image starts.
+    pub fn image_base(&self) -> u64 {
+        self.image_base
+    }
+
+    /// Number of decoded instructions (valid or not).
+    pub fn instruction_count(&self) -> usize {
+        self.decoded.len()
+    }
+
+    /// The instruction at `pc`.
+    pub fn at(&self, pc: u64) -> Result<&Inst, FaultKind> {
+        let bad = || FaultKind::BadJump { target: pc };
+        let off = pc.checked_sub(self.text_start).ok_or_else(bad)?;
+        if off % 4 != 0 {
+            return Err(bad());
+        }
+        let slot = *self.index.get((off / 4) as usize).ok_or_else(bad)?;
+        if slot == NO_INST {
+            return Err(bad());
+        }
+        match &self.decoded[slot as usize] {
+            Ok(inst) => Ok(inst),
+            Err(e) => Err(FaultKind::Illegal(e.clone())),
+        }
+    }
+
+    /// Disassembly of the instruction at `pc` for fault reports ("" when there is none).
+    pub fn disassemble(&self, pc: u64) -> String {
+        match self.at(pc) {
+            Ok(inst) => inst.to_string(),
+            Err(_) => String::new(),
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! The shape of the generated opcode tables (`tables.rs`).
+//!
+//! Every entry describes one opcode in one encoding, exactly as LLVM's disassembler sees it: its
+//! operands in printed order (each tied to the encoding field it comes from), every modifier field
+//! with the values LLVM accepts and what it means for this opcode, and the order in which the
+//! printed modifiers follow the operands. The decoder and printer are generic over these entries;
+//! only behaviour that depends on *values* (an `off` address, a register file chosen by an `acc`
+//! bit) is written by hand.
+
+use super::tables::Opcode;
+
+/// The encoding an instruction was decoded from. The same [`Opcode`] can appear under several
+/// encodings (`v_add_f32` as VOP2, VOP3, SDWA and DPP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    /// Scalar ALU, one source (`s_mov_b32`).
+    Sop1,
+    /// Scalar ALU, two sources (`s_add_u32`).
+    Sop2,
+    /// Scalar ALU with a 16-bit immediate (`s_movk_i32`).
+    Sopk,
+    /// Scalar compare (`s_cmp_eq_u32`).
+    Sopc,
+    /// Scalar program control (`s_branch`, `s_waitcnt`).
+    Sopp,
+    /// Scalar memory (`s_load_dwordx2`).
+    Smem,
+    /// Vector ALU, one source, 32-bit encoding (`_e32`).
+    Vop1,
+    /// Vector ALU, two sources, 32-bit encoding (`_e32`).
+    Vop2,
+    /// Vector compare, 32-bit encoding (`_e32`).
+    Vopc,
+    /// Vector ALU, 64-bit encoding (VOP3A/VOP3B, `_e64` forms of VOP1/2/C included).
+    Vop3,
+    /// Packed/mixed vector ALU (VOP3P).
+    Vop3p,
+    /// Matrix (VOP3P-MAI): MFMA, SMFMAC, `v_accvgpr_*`.
+    Mai,
+    /// A `v_mfma_ld_scale_b32` prefix fused with an f8f6f4 MFMA: the 128-bit scaled MFMA.
+    MaiScaled,
+    /// VOP1 with an SDWA dword.
+    Vop1Sdwa,
+    /// VOP2 with an SDWA dword.
+    Vop2Sdwa,
+    /// VOPC with an SDWA dword.
+    VopcSdwa,
+    /// VOP1 with a DPP dword.
+    Vop1Dpp,
+    /// VOP2 with a DPP dword.
+    Vop2Dpp,
+    /// Local/global data share.
+    Ds,
+    /// Untyped buffer memory.
+    Mubuf,
+    /// Typed buffer memory.
+    Mtbuf,
+    /// Flat memory (segment 0).
+    Flat,
+    /// Global memory (flat encoding, segment 2).
+    Global,
+    /// Scratch memory (flat encoding, segment 1).
+    Scratch,
+}
+
+impl Encoding {
+    /// The encoding family's name as the ISA manual spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Sop1 => "SOP1",
+            Encoding::Sop2 => "SOP2",
+            Encoding::Sopk => "SOPK",
+            Encoding::Sopc => "SOPC",
+            Encoding::Sopp => "SOPP",
+            Encoding::Smem => "SMEM",
+            Encoding::Vop1 => "VOP1",
+            Encoding::Vop2 => "VOP2",
+            Encoding::Vopc => "VOPC",
+            Encoding::Vop3 => "VOP3",
+            Encoding::Vop3p => "VOP3P",
+            Encoding::Mai => "VOP3P-MAI",
+            Encoding::MaiScaled => "VOP3P-MAI (scaled)",
+            Encoding::Vop1Sdwa => "VOP1 SDWA",
+            Encoding::Vop2Sdwa => "VOP2 SDWA",
+            Encoding::VopcSdwa => "VOPC SDWA",
+            Encoding::Vop1Dpp => "VOP1 DPP",
+            Encoding::Vop2Dpp => "VOP2 DPP",
+            Encoding::Ds => "DS",
+            Encoding::Mubuf => "MUBUF",
+            Encoding::Mtbuf => "MTBUF",
+            Encoding::Flat => "FLAT",
+            Encoding::Global => "GLOBAL",
+            Encoding::Scratch => "SCRATCH",
+        }
+    }
+
+    /// Whether this is an SDWA form.
+    pub fn is_sdwa(self) -> bool {
+        matches!(
+            self,
+            Encoding::Vop1Sdwa | Encoding::Vop2Sdwa | Encoding::VopcSdwa
+        )
+    }
+
+    /// Whether this is a DPP form.
+    pub fn is_dpp(self) -> bool {
+        matches!(self, Encoding::Vop1Dpp | Encoding::Vop2Dpp)
+    }
+}
+
+/// The part an operand plays, named after the encoding field it comes from. Whether the
+/// instruction reads or writes it is the opcode's business (`s_cmpk_*` reads its `sdst` field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Role {
+    /// Vector destination field (also the scalar mask destination of `v_cmp*_e64` and the SGPR
+    /// destination of `v_readlane_b32`); `vcc` for the 32-bit compare forms.
+    Vdst = 0,
+    /// Scalar destination (SOP), or the carry/condition output of VOP3B and `_e32` carry ops.
+    Sdst,
+    /// First source.
+    Src0,
+    /// Second source.
+    Src1,
+    /// Third source (also the implicit `vcc` carry-in/condition of `_e32` forms).
+    Src2,
+    /// Scale source of the A matrix of a scaled MFMA.
+    ScaleA,
+    /// Scale source of the B matrix of a scaled MFMA.
+    ScaleB,
+    /// The mandatory literal constant of `v_fmamk`/`v_fmaak`/`v_madmk`/`v_madak`.
+    K,
+    /// The 16-bit immediate of SOPK/SOPP (and the mode byte of `s_set_gpr_idx_on`).
+    Simm16,
+    /// SMEM data registers (destination of loads, source of stores).
+    Sdata,
+    /// SMEM base address (64-bit) or buffer resource (128-bit).
+    Sbase,
+    /// SMEM offset: an immediate, or an SGPR when the `imm` bit is clear.
+    Offset,
+    /// DS address.
+    Addr,
+    /// DS first data operand.
+    Data0,
+    /// DS second data operand.
+    Data1,
+    /// MUBUF/MTBUF/FLAT vector address.
+    Vaddr,
+    /// MUBUF/MTBUF/FLAT data (load destination or store source).
+    Vdata,
+    /// MUBUF/MTBUF buffer resource (four SGPRs).
+    Srsrc,
+    /// MUBUF/MTBUF/SMEM scalar offset.
+    Soffset,
+    /// GLOBAL/SCRATCH scalar base address.
+    Saddr,
+}
+
+/// Number of [`Role`]s.
+pub const ROLE_COUNT: usize = 20;
+
+/// How an encoding field is turned into an operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Enc {
+    /// 9-bit VOP source: scalar codes 0..=255, vector registers 256..=511.
+    Src9,
+    /// 8-bit scalar source (SOP sources, MUBUF soffset).
+    Ssrc8,
+    /// A scalar register number (7 or 8 bits).
+    Sreg,
+    /// An 8-bit vector register number.
+    Vreg,
+    /// SMEM base: the field holds the SGPR number divided by two.
+    Sbase,
+    /// MUBUF resource: the field holds the SGPR number divided by four.
+    Srsrc,
+    /// GLOBAL/SCRATCH saddr: a scalar register, or `off` when 0x7F.
+    Saddr,
+    /// SDWA source: a VGPR, or a scalar code when the source's `s` bit is set.
+    SdwaSrc,
+    /// SDWA compare destination: `vcc`, or the `sdst` field when the `sd` bit is set.
+    SdwaSdst,
+    /// An immediate printed as described.
+    Imm(ImmKind),
+    /// The instruction's literal dword, printed in hexadecimal.
+    Literal,
+    /// The instruction's literal dword, printed like a 32-bit immediate (`s_setreg_imm32_b32`).
+    LiteralImm32,
+    /// Implicit `vcc` (printed, not encoded).
+    Vcc,
+}
+
+/// How an immediate field prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ImmKind {
+    /// Always hexadecimal (`s_movk_i32 s0, 0x10`).
+    Hex,
+    /// Decimal up to 64, hexadecimal above (`s_nop 3`, `s_setprio 0x7f`).
+    Imm32,
+    /// A PC-relative branch offset in dwords, printed in decimal as stored.
+    Branch,
+    /// Decimal, and the operand is omitted when zero (`s_endpgm`).
+    DecNz,
+    /// `vmcnt(..) expcnt(..) lgkmcnt(..)`.
+    Waitcnt,
+    /// `sendmsg(...)`.
+    Sendmsg,
+    /// `hwreg(...)`.
+    Hwreg,
+    /// `gpr_idx(...)`.
+    GprIdx,
+    /// SMEM byte offset: signed 21-bit hexadecimal.
+    SmemOffset,
+}
+
+/// The type of a source operand as far as constants are concerned: it decides the bit pattern an
+/// inline constant stands for and how LLVM prints constants and literals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueType {
+    /// No constants allowed.
+    None,
+    /// 32-bit (integer, float, or packed pair of 32-bit values).
+    B32,
+    /// 16-bit integer.
+    I16,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// IEEE double.
+    F64,
+    /// 64-bit integer.
+    I64,
+    /// Packed pair of halves.
+    V2F16,
+    /// Packed pair of bfloat16.
+    V2Bf16,
+}
+
+/// Register file named by a vector register field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum File {
+    /// Architectural VGPRs.
+    V,
+    /// Accumulation registers.
+    A,
+}
+
+/// Kinds of value a source field may hold, as a bit set (learned from LLVM per operand).
+pub(crate) mod allow {
+    pub const SGPR: u16 = 1;
+    pub const VCC: u16 = 1 << 1;
+    pub const M0: u16 = 1 << 2;
+    pub const EXEC: u16 = 1 << 3;
+    pub const INT: u16 = 1 << 4;
+    pub const FLT: u16 = 1 << 5;
+    pub const LIT: u16 = 1 << 6;
+    pub const CONST: u16 = 1 << 7;
+    pub const SCC: u16 = 1 << 8;
+    pub const LDS: u16 = 1 << 9;
+    pub const TTMP: u16 = 1 << 10;
+    pub const VGPR: u16 = 1 << 11;
+    pub const FLAT_XNACK: u16 = 1 << 12;
+    pub const NULL: u16 = 1 << 13;
+    /// A VGPR tuple of this operand may start at an odd register.
+    pub const ODD_V: u16 = 1 << 14;
+    /// An AGPR tuple of this operand may start at an odd register.
+    pub const ODD_A: u16 = 1 << 15;
+}
+
+/// One printed operand of an opcode.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OperandDesc {
+    pub role: Role,
+    pub enc: Enc,
+    /// Field position: dword index, low bit, width in bits.
+    pub word: u8,
+    pub lo: u8,
+    pub bits: u8,
+    /// Register count (dwords) in the base form.
+    pub width: u8,
+    pub file: File,
+    pub ty: ValueType,
+    pub allow: u16,
+}
+
+/// What a modifier field means for one opcode (learned from how LLVM prints it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Meaning {
+    /// LLVM accepts and drops the field; so does the decoder.
+    Ignored,
+    /// `|src N|`.
+    Abs(u8),
+    /// `-src N` (or `neg(..)` around constants).
+    Neg(u8),
+    /// `sext(src N)` (SDWA integer sources).
+    Sext(u8),
+    /// Entry of `neg_lo:[..]` for source N.
+    NegLo(u8),
+    /// Entry of `neg_hi:[..]` for source N.
+    NegHi(u8),
+    /// `op_sel` bit N (3 = destination).
+    OpSel(u8),
+    /// `op_sel_hi` bit N.
+    OpSelHi(u8),
+    /// `clamp`.
+    Clamp,
+    /// Output modifier `mul:2`, `mul:4`, `div:2`.
+    Omod,
+    /// Bits of `bitop3:` starting at this bit.
+    Bitop3(u8),
+    /// `fi:1` of the VOP3 permlane swaps.
+    Fi,
+    /// `bound_ctrl:1`.
+    BoundCtrl,
+    /// MFMA `cbsz:` (A-matrix format for f8f6f4).
+    Cbsz,
+    /// MFMA `abid:`.
+    Abid,
+    /// MFMA `blgp:` (B-matrix format for f8f6f4).
+    Blgp,
+    /// f64 MFMA negation bits, printed as `neg:[..]`.
+    BlgpNeg,
+    /// Moves the listed operands (bit per [`Role`]) to the accumulation registers.
+    Acc(u32),
+    /// SMEM `glc`.
+    Glc,
+    /// Cache policy `sc0`.
+    Sc0,
+    /// Cache policy `sc1`.
+    Sc1,
+    /// Non-temporal `nt`.
+    Nt,
+    /// Load to LDS (MUBUF `lds`).
+    Lds,
+    /// Buffer address includes the offset VGPR.
+    Offen,
+    /// Buffer address includes the index VGPR.
+    Idxen,
+    /// Scratch address includes a VGPR (SVE).
+    Sve,
+    /// SDWA destination select.
+    DstSel,
+    /// SDWA destination unused-bits policy.
+    DstUnused,
+    /// SDWA source-0 select.
+    Src0Sel,
+    /// SDWA source-1 select.
+    Src1Sel,
+    /// SDWA source 0 is a scalar code.
+    S0,
+    /// SDWA source 1 is a scalar code.
+    S1,
+    /// SDWA compare writes the `sdst` field instead of `vcc`.
+    Sd,
+    /// SMEM offset is an immediate.
+    SmemImm,
+    /// SMEM has an SGPR offset in `soffset`.
+    SmemSoe,
+    /// MTBUF data format.
+    Dfmt,
+    /// MTBUF number format.
+    Nfmt,
+}
+
+/// A modifier field of one opcode.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ModDesc {
+    pub word: u8,
+    pub lo: u8,
+    pub bits: u8,
+    /// Bit v set when value v is valid (0xFFFF for "any value" of wider fields, 1 for "zero").
+    pub valid: u16,
+    /// The same when the instruction's `acc` bit is set (memory ops with AGPR data).
+    pub valid_acc: u16,
+    pub meaning: Meaning,
+}
+
+/// Modifiers printed after the operands, in the order LLVM prints them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trail {
+    Offset,
+    Offset0,
+    Offset1,
+    Swizzle,
+    SmemOffset,
+    Offen,
+    Idxen,
+    Sc0,
+    Sc1,
+    Nt,
+    Lds,
+    Glc,
+    Clamp,
+    Omod,
+    OpSel,
+    OpSelHi,
+    NegLo,
+    NegHi,
+    BlgpNeg,
+    Cbsz,
+    Abid,
+    Blgp,
+    DstSel,
+    DstUnused,
+    Src0Sel,
+    Src1Sel,
+    DppCtrl,
+    RowMask,
+    BankMask,
+    BoundCtrl,
+    Fi,
+    Format,
+    Bitop3,
+}
+
+/// Which bracketed list an [`ArrayDesc`] prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArrayKind {
+    OpSel,
+    OpSelHi,
+    NegLo,
+    NegHi,
+    BlgpNeg,
+}
+
+/// A bracketed modifier list (`op_sel:[0,1,0]`): which bit of the decoded field each entry shows,
+/// and the value of an entry LLVM treats as default (the list is omitted when all are default).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ArrayDesc {
+    pub kind: ArrayKind,
+    pub entries: &'static [u8],
+    pub default: u8,
+}
+
+/// One opcode in one encoding.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpDesc {
+    pub opcode: Opcode,
+    pub mnemonic: &'static str,
+    pub encoding: Encoding,
+    /// Size of the encoding without a literal, in dwords.
+    pub dwords: u8,
+    pub operands: &'static [OperandDesc],
+    pub mods: &'static [ModDesc],
+    pub trailing: &'static [Trail],
+    pub arrays: &'static [ArrayDesc],
+    /// Entry to use when the `sc0` bit is set (atomics that return the old value), or `NONE`.
+    pub alt_sc0: u16,
+    /// Entry to use when the `lds` bit is set (MUBUF loads to LDS), or `NONE`.
+    pub alt_lds: u16,
+    /// Register count of src0/src1 by `cbsz`/`blgp` (f8f6f4 MFMAs), or all zero.
+    pub width_a: [u8; 8],
+    pub width_b: [u8; 8],
+}
+
+/// "No entry" in the opcode maps and `alt_*` links.
+pub(crate) const NONE: u16 = u16::MAX;

@@ -1,0 +1,102 @@
+//! Our kernels on the emulator, against the CPU reference GEMM: every flag combination on three
+//! tile shapes of the preshuffled-B kernel and three of the LDS-staged one, for M in
+//! {1, 17, 64, 200} (tails masked by buffer ranges) and two (N, K) pairs: one with a ragged N
+//! and a K tail past the last full tile, one with K = 7168.
+
+use rayon::prelude::*;
+use tilegen_kernels::{CompiledKernel, GemmInputs, KernelSpec, MmaShape, OutDtype};
+use tilegen_mx::{MxMatrix, reference_gemm};
+use tilegen_runtime::EmuDevice;
+
+const MS: [usize; 4] = [1, 17, 64, 200];
+
+fn check(dev: &EmuDevice, k: &CompiledKernel, m: usize, n: usize, kd: usize, seed: u64) -> Result<(), String> {
+    let a = MxMatrix::random(m, kd, seed).unwrap();
+    let b = MxMatrix::random(n, kd, seed ^ 0xb).unwrap();
+    let inputs = GemmInputs::new(k.spec.variant, &a, &b).unwrap();
+    let (c, _report) = k.run(dev, &inputs).map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name))?;
+    let reference = reference_gemm(&a, &b).unwrap();
+    let cmp = match k.spec.out_dtype {
+        OutDtype::Bf16 => {
+            let got: Vec<half::bf16> = c.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect();
+            reference.compare_bf16(&got).unwrap()
+        }
+        OutDtype::F32 => {
+            let got: Vec<f32> = c.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            reference.compare_f32(&got).unwrap()
+        }
+    };
+    if cmp.passed() { Ok(()) } else { Err(format!("{} {m}x{n}x{kd}: {cmp}", k.name)) }
+}
+
+/// Runs every (M, N, K) of the matrix for each spec; specs build and run in parallel.
+fn sweep(specs: Vec<KernelSpec>) {
+    let failures: Vec<String> = specs
+        .par_iter()
+        .flat_map(|spec| {
+            let k = match spec.build() {
+                Ok(k) => k,
+                Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
+            };
+            let dev = EmuDevice::new();
+            let pairs = [(2 * spec.bn as usize + 16, 768), (64, 7168)];
+            let mut errs = Vec::new();
+            for (i, &m) in MS.iter().enumerate() {
+                for (j, &(n, kd)) in pairs.iter().enumerate() {
+                    if let Err(e) = check(&dev, &k, m, n, kd, (i * 2 + j) as u64) {
+                        errs.push(e);
+                    }
+                }
+            }
+            errs
+        })
+        .collect();
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn preb_every_flag_combination() {
+    let mut specs = Vec::new();
+    for (bm, bn, bk, wn) in [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)] {
+        for prefetch in [false, true] {
+            for dram in [false, true] {
+                for cds in [false, true] {
+                    for deep in [false, true] {
+                        if !prefetch && (cds || deep) {
+                            continue;
+                        }
+                        let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
+                        let chain = base.mfmas_per_stage();
+                        specs.push(
+                            base.b_prefetch(prefetch)
+                                .dram_to_lds(dram)
+                                .cluster_drain_sched(cds)
+                                .deep_prime(deep)
+                                .mfma_cluster(chain.min(3)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Output type and cache policies do not change the schedule; one spec each covers them.
+    specs.push(KernelSpec::new().out_dtype(OutDtype::F32));
+    specs.push(KernelSpec::new().b_prefetch(true).b_cache_policy(tilegen_kernels::BCachePolicy::Streaming));
+    sweep(specs);
+}
+
+#[test]
+fn lds_variant_shapes() {
+    let mut specs = Vec::new();
+    for (bm, bn, bk, wm, wn, mma) in [
+        (128, 128, 128, 64, 64, MmaShape::M16N16K128),
+        (64, 64, 256, 32, 32, MmaShape::M32N32K64),
+        (32, 64, 512, 32, 32, MmaShape::M16N16K128),
+    ] {
+        for dram in [false, true] {
+            specs.push(KernelSpec::lds().bm(bm).bn(bn).bk_elems(bk).wm(wm).wn(wn).mma(mma).dram_to_lds(dram));
+        }
+    }
+    specs.push(KernelSpec::lds().out_dtype(OutDtype::F32));
+    sweep(specs);
+}
