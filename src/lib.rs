@@ -9,5 +9,6 @@ pub use tilegen_kernels as kernels;
 pub use tilegen_dsl as dsl;
 pub use tilegen_codeobj as codeobj;
 pub use tilegen_runtime as runtime;
+pub use tilegen_emu as emu;
 
 pub use tilegen_kernels::{CompiledKernel, KernelSpec, SpecError};

@@ -286,6 +286,7 @@ fn test(extra: &[String]) -> Result<()> {
     )
 }
 
+/// The main job. Extra arguments go to the final `tilegen gemm` (e.g. `--json`).
 fn demo(extra: &[String]) -> Result<()> {
     step("building tilegen");
     run(
@@ -321,8 +322,7 @@ fn demo(extra: &[String]) -> Result<()> {
             .arg("preshuffle")
             .arg(&weights)
             .arg("-o")
-            .arg(&pre)
-            .args(extra),
+            .arg(&pre),
         "tilegen preshuffle",
     )?;
     run(
@@ -333,7 +333,6 @@ fn demo(extra: &[String]) -> Result<()> {
             .arg(&back),
         "tilegen unshuffle",
     )?;
-    step("3/3 checking the round trip");
     let (a, b) = (
         fs::read(&weights).map_err(|e| e.to_string())?,
         fs::read(&back).map_err(|e| e.to_string())?,
@@ -352,5 +351,25 @@ fn demo(extra: &[String]) -> Result<()> {
         pre.display(),
         back.display()
     );
-    Ok(())
+    // The MoE up-projection of gpt-oss-20b for a decode batch of 64 tokens: N = 2 x 2880,
+    // K = 2880 padded to 3072 as the preshuffle above pads it.
+    step("3/3 generating a preshuffled-B MXFP4 GEMM kernel and proving it on the emulator");
+    run(
+        Command::new(&bin)
+            .args([
+                "gemm",
+                "--m",
+                "64",
+                "--n",
+                "5760",
+                "--k",
+                "3072",
+                "--b-prefetch",
+                "--dram-to-lds",
+                "--emit-dir",
+            ])
+            .arg(out.join("gemm"))
+            .args(extra),
+        "tilegen gemm",
+    )
 }
