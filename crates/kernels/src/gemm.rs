@@ -98,7 +98,11 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
 /// One LDS write of a tile whose global load was issued but not yet stored (see
 /// [`stage_tile`]): LDS byte offset, value, and the (wave-uniform) condition under which this
 /// wave owns the write, for rounds only some waves take part in.
-pub type PendingWrite<'k, 'ctx> = (Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>, Option<inkwell::values::IntValue<'ctx>>);
+pub type PendingWrite<'k, 'ctx> = (
+    Int<'k, 'ctx>,
+    inkwell::values::BasicValueEnum<'ctx>,
+    Option<inkwell::values::IntValue<'ctx>>,
+);
 /// The pending writes of a staged tile.
 pub type PendingWrites<'k, 'ctx> = Vec<PendingWrite<'k, 'ctx>>;
 

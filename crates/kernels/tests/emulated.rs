@@ -10,23 +10,42 @@ use tilegen_runtime::EmuDevice;
 
 const MS: [usize; 4] = [1, 17, 64, 200];
 
-fn check(dev: &EmuDevice, k: &CompiledKernel, m: usize, n: usize, kd: usize, seed: u64) -> Result<(), String> {
+fn check(
+    dev: &EmuDevice,
+    k: &CompiledKernel,
+    m: usize,
+    n: usize,
+    kd: usize,
+    seed: u64,
+) -> Result<(), String> {
     let a = MxMatrix::random(m, kd, seed).unwrap();
     let b = MxMatrix::random(n, kd, seed ^ 0xb).unwrap();
     let inputs = GemmInputs::new(k.spec.variant, &a, &b).unwrap();
-    let (c, _report) = k.run(dev, &inputs).map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name))?;
+    let (c, _report) = k
+        .run(dev, &inputs)
+        .map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name))?;
     let reference = reference_gemm(&a, &b).unwrap();
     let cmp = match k.spec.out_dtype {
         OutDtype::Bf16 => {
-            let got: Vec<half::bf16> = c.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect();
+            let got: Vec<half::bf16> = c
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+                .collect();
             reference.compare_bf16(&got).unwrap()
         }
         OutDtype::F32 => {
-            let got: Vec<f32> = c.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let got: Vec<f32> = c
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
             reference.compare_f32(&got).unwrap()
         }
     };
-    if cmp.passed() { Ok(()) } else { Err(format!("{} {m}x{n}x{kd}: {cmp}", k.name)) }
+    if cmp.passed() {
+        Ok(())
+    } else {
+        Err(format!("{} {m}x{n}x{kd}: {cmp}", k.name))
+    }
 }
 
 /// Runs every (M, N, K) of the matrix for each spec; specs build and run in parallel.
@@ -51,7 +70,12 @@ fn sweep(specs: Vec<KernelSpec>) {
             errs
         })
         .collect();
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -81,7 +105,11 @@ fn preb_every_flag_combination() {
     }
     // Output type and cache policies do not change the schedule; one spec each covers them.
     specs.push(KernelSpec::new().out_dtype(OutDtype::F32));
-    specs.push(KernelSpec::new().b_prefetch(true).b_cache_policy(tilegen_kernels::BCachePolicy::Streaming));
+    specs.push(
+        KernelSpec::new()
+            .b_prefetch(true)
+            .b_cache_policy(tilegen_kernels::BCachePolicy::Streaming),
+    );
     sweep(specs);
 }
 
@@ -94,7 +122,16 @@ fn lds_variant_shapes() {
         (32, 64, 512, 32, 32, MmaShape::M16N16K128),
     ] {
         for dram in [false, true] {
-            specs.push(KernelSpec::lds().bm(bm).bn(bn).bk_elems(bk).wm(wm).wn(wn).mma(mma).dram_to_lds(dram));
+            specs.push(
+                KernelSpec::lds()
+                    .bm(bm)
+                    .bn(bn)
+                    .bk_elems(bk)
+                    .wm(wm)
+                    .wn(wn)
+                    .mma(mma)
+                    .dram_to_lds(dram),
+            );
         }
     }
     specs.push(KernelSpec::lds().out_dtype(OutDtype::F32));
