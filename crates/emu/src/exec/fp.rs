@@ -305,6 +305,26 @@ impl MiniFloat {
         }
         t
     }
+
+    /// [`MiniFloat::table`], built once per process for the five MFMA operand formats (hot
+    /// paths decode every element through it); other formats get a fresh table.
+    pub fn cached_table(&self) -> std::borrow::Cow<'static, [f32; 256]> {
+        use std::sync::OnceLock;
+        static TABLES: [OnceLock<[f32; 256]>; 5] = [
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+        ];
+        let slot = [FP8_E4M3, BF8_E5M2, FP6_E2M3, BF6_E3M2, FP4_E2M1]
+            .iter()
+            .position(|f| f == self);
+        match slot {
+            Some(k) => std::borrow::Cow::Borrowed(TABLES[k].get_or_init(|| self.table())),
+            None => std::borrow::Cow::Owned(self.table()),
+        }
+    }
 }
 
 /// The formats `cbsz`/`blgp` select for the f8f6f4 MFMAs (0 FP8, 1 BF8, 2 FP6, 3 BF6, 4 FP4).

@@ -32,6 +32,25 @@ pub struct Env<'a> {
     pub mem: &'a DeviceMemory,
     /// Counters of the running workgroup.
     pub stats: &'a mut Stats,
+    /// Executions per decoded instruction (indexed by [`Program::slot`]); folded into
+    /// `stats` by [`fold_counts`]. Counting by index keeps the per-instruction cost to one
+    /// increment instead of a map lookup by mnemonic.
+    pub counts: &'a mut [u64],
+}
+
+/// Adds the per-instruction counts into `stats` (by class and mnemonic) and zeroes them.
+pub fn fold_counts(prog: &Program, counts: &mut [u64], stats: &mut Stats) {
+    for (slot, n) in counts.iter_mut().enumerate() {
+        if *n == 0 {
+            continue;
+        }
+        if let Some(inst) = prog.at_slot(slot) {
+            let class = classify(inst);
+            stats.by_class[class as usize] += *n;
+            *stats.by_opcode.entry(inst.mnemonic()).or_insert(0) += *n;
+        }
+        *n = 0;
+    }
 }
 
 /// The counter class of an instruction.
@@ -64,9 +83,9 @@ pub fn classify(inst: &Inst) -> InstClass {
 
 /// Executes the instruction at the wave's PC.
 pub fn step(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds) -> Result<Step, FaultKind> {
-    let inst = env.prog.at(w.pc)?;
+    let (slot, inst) = env.prog.slot(w.pc)?;
     let next = w.pc + inst.size as u64;
-    env.stats.count(classify(inst), inst.mnemonic());
+    env.counts[slot] += 1;
     w.executed += 1;
     use Encoding::*;
     let flow = match inst.encoding {

@@ -218,7 +218,7 @@ fn run_grid(
     let total = d.grid.iter().map(|&g| g as u64).product::<u64>();
     let threads = d.block.iter().map(|&b| b as u64).product::<u64>();
     let waves_per_wg = threads.div_ceil(64) as u32;
-    let run = |index: u64, cache: &mut Vec<Wave>| -> Result<Stats, (u64, Fault)> {
+    let run = |index: u64, cache: &mut ThreadCache| -> Result<Stats, (u64, Fault)> {
         let wg = [
             (index % d.grid[0] as u64) as u32,
             ((index / d.grid[0] as u64) % d.grid[1] as u64) as u32,
@@ -242,12 +242,12 @@ fn run_grid(
         })
     };
     let results: Vec<Result<Stats, (u64, Fault)>> = if config.single_threaded {
-        let mut cache = Vec::new();
+        let mut cache = ThreadCache::default();
         (0..total).map(|i| run(i, &mut cache)).collect()
     } else {
         (0..total)
             .into_par_iter()
-            .map_init(Vec::new, |cache, i| run(i, cache))
+            .map_init(ThreadCache::default, |cache, i| run(i, cache))
             .collect()
     };
     let mut stats = Stats::default();
@@ -287,7 +287,7 @@ fn run_workgroup(
     wg: [u32; 3],
     n_waves: u32,
     lds_bytes: u32,
-    cache: &mut Vec<Wave>,
+    cache: &mut ThreadCache,
 ) -> Result<Stats, Fault> {
     let fault = |wave: u32, pc: u64, kind: FaultKind| Fault {
         kernel: prog.name().to_string(),
@@ -297,14 +297,18 @@ fn run_workgroup(
         inst: prog.disassemble(pc),
         kind: Box::new(kind),
     };
-    // Reuse the register files of earlier workgroups on this thread.
-    while cache.len() < n_waves as usize {
-        cache.push(Wave::new(
-            cache.len() as u32,
+    // Reuse the register files and counters of earlier workgroups on this thread.
+    let ThreadCache { waves, counts } = cache;
+    while waves.len() < n_waves as usize {
+        waves.push(Wave::new(
+            waves.len() as u32,
             setup.private_segment_fixed_size,
         ));
     }
-    let waves = &mut cache[..n_waves as usize];
+    let waves = &mut waves[..n_waves as usize];
+    // A faulted workgroup leaves its counts behind; start from zero.
+    counts.clear();
+    counts.resize(prog.instruction_count(), 0);
     for (k, w) in waves.iter_mut().enumerate() {
         w.reset(k as u32, setup.private_segment_fixed_size);
         w.pc = init_wave(setup, d, wg, k as u32, n_waves, prog.entry(), w)
@@ -321,12 +325,21 @@ fn run_workgroup(
         prog,
         mem,
         stats: &mut stats,
+        counts,
     };
     sched::run_workgroup(waves, &mut lds, budget, index, |w, lds| {
         interp::step(&mut env, w, lds)
     })
     .map_err(|(k, kind)| fault(k as u32, waves_pc(waves, k), kind))?;
+    interp::fold_counts(prog, counts, &mut stats);
     Ok(stats)
+}
+
+/// Per-thread state reused from one workgroup to the next.
+#[derive(Default)]
+struct ThreadCache {
+    waves: Vec<Wave>,
+    counts: Vec<u64>,
 }
 
 fn waves_pc(waves: &[Wave], k: usize) -> u64 {
@@ -337,6 +350,7 @@ fn waves_pc(waves: &[Wave], k: usize) -> u64 {
 mod tests {
     use super::*;
     use crate::exec::memory::AccessKind;
+    use crate::exec::stats::InstClass;
 
     /// A kernel descriptor: kernarg segment pointer in s[0:1] (code property bit 3),
     /// USER_SGPR_COUNT 2, workgroup ids x and y enabled (rsrc2 bits 7 and 8, so they land in
@@ -410,6 +424,10 @@ mod tests {
             assert_eq!((stats.workgroups, stats.waves), (6, 12));
             // 22 instructions per wave (the listing above).
             assert_eq!(stats.instructions(), 12 * 22);
+            assert_eq!(stats.by_opcode.get("s_barrier"), Some(&12));
+            assert_eq!(stats.by_opcode.get("global_store_dword"), Some(&12));
+            assert_eq!(stats.by_opcode.get("s_waitcnt"), Some(&36));
+            assert_eq!(stats.class(InstClass::Lds), 24);
         }
     }
 

@@ -204,8 +204,8 @@ pub fn f8f6f4(
     check_len("A", a.len(), f8f6f4_operand_regs(a_fmt))?;
     check_len("B", b.len(), f8f6f4_operand_regs(b_fmt))?;
     check_len("C/D", acc.len(), shape.acc_regs())?;
-    let a_lut = a_fmt.table();
-    let b_lut = b_fmt.table();
+    let a_lut = a_fmt.cached_table();
+    let b_lut = b_fmt.cached_table();
     let mut am = [0f64; MAX_OPERAND_ELEMS];
     let mut bm = [0f64; MAX_OPERAND_ELEMS];
     decode_operand(
@@ -343,8 +343,8 @@ pub fn dense(
     {
         return Err(MfmaError::BadFormat(shape.input_b.bits()));
     }
-    let fp8 = fp::FP8_E4M3.table();
-    let bf8 = fp::BF8_E5M2.table();
+    let (fp8_table, bf8_table) = (fp::FP8_E4M3.cached_table(), fp::BF8_E5M2.cached_table());
+    let (fp8, bf8): (&[f32; 256], &[f32; 256]) = (&fp8_table, &bf8_table);
     let decoder = |ty: DenseInput| {
         move |c: u32| -> f64 {
             match ty {

@@ -169,6 +169,12 @@ impl Program {
 
     /// The instruction at `pc`.
     pub fn at(&self, pc: u64) -> Result<&Inst, FaultKind> {
+        self.slot(pc).map(|(_, inst)| inst)
+    }
+
+    /// The instruction at `pc` with its index among the decoded instructions (`0 ..
+    /// instruction_count()`), which per-instruction counters use.
+    pub fn slot(&self, pc: u64) -> Result<(usize, &Inst), FaultKind> {
         let bad = || FaultKind::BadJump { target: pc };
         let off = pc.checked_sub(self.text_start).ok_or_else(bad)?;
         if off % 4 != 0 {
@@ -179,9 +185,14 @@ impl Program {
             return Err(bad());
         }
         match &self.decoded[slot as usize] {
-            Ok(inst) => Ok(inst),
+            Ok(inst) => Ok((slot as usize, inst)),
             Err(e) => Err(FaultKind::Illegal(e.clone())),
         }
+    }
+
+    /// The decoded instruction with index `slot`, if it decoded.
+    pub fn at_slot(&self, slot: usize) -> Option<&Inst> {
+        self.decoded.get(slot)?.as_ref().ok()
     }
 
     /// Disassembly of the instruction at `pc` for fault reports ("" when there is none).

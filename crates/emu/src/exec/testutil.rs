@@ -17,6 +17,7 @@ pub struct Harness {
     pub w: Wave,
     pub lds: Lds,
     pub stats: Stats,
+    counts: Vec<u64>,
 }
 
 impl Harness {
@@ -38,12 +39,14 @@ impl Harness {
         w.pc = prog.entry();
         w.set_exec(u64::MAX);
         w.mode = (1 << 9) | (1 << 8);
+        let counts = vec![0; prog.instruction_count()];
         Harness {
             mem,
             prog,
             w,
             lds: Lds::new(64 * 1024).unwrap(),
             stats: Stats::default(),
+            counts,
         }
     }
 
@@ -53,8 +56,11 @@ impl Harness {
             prog: &self.prog,
             mem: &self.mem,
             stats: &mut self.stats,
+            counts: &mut self.counts,
         };
-        interp::step(&mut env, &mut self.w, &mut self.lds)
+        let r = interp::step(&mut env, &mut self.w, &mut self.lds);
+        interp::fold_counts(&self.prog, &mut self.counts, &mut self.stats);
+        r
     }
 
     /// Runs to `s_endpgm` (barriers are passed straight through: there is one wave).

@@ -764,21 +764,24 @@ fn scalef32(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
                     | V_CVT_SCALEF32_PK_BF16_BF8
             );
             let bits = fmt.bits();
+            // Hot in Triton's FP4-to-bf16 GEMM path, hence the table and the f32 route: an
+            // FP8/BF8/FP4 value times a power of two in [2^-127, 2^127] has at most four
+            // significant bits and a magnitude of at least 2^-145, so it is exact in f32 (or
+            // overflows there exactly when it overflows bf16/f16), and converting the f32
+            // rounds once, as converting the exact value would.
+            let lut = fmt.cached_table();
             let mut out = [0u32; 64];
             for l in 0..64 {
                 let mut r = 0u32;
                 for e in 0..2 {
                     let code = (src[l] >> (shift + e * bits)) & fmt.code_mask();
-                    let v = alu::cvt_scalef32_from(&fmt, code, scale[l]);
-                    let h = if to_bf16 {
-                        fp::BF16.encode(v, Overflow::InfOrNan)
-                    } else {
-                        fp::F16.encode(v, Overflow::InfOrNan)
-                    };
+                    let v = (lut[code as usize] as f64 * alu::scalef32(scale[l])) as f32;
                     let h = if v.is_nan() {
                         if to_bf16 { 0x7fc0 } else { 0x7e00 }
+                    } else if to_bf16 {
+                        fp::f32_to_bf16(v) as u32
                     } else {
-                        h
+                        fp::f32_to_f16(v) as u32
                     };
                     r |= h << (16 * e);
                 }
@@ -1115,9 +1118,11 @@ pub fn exec(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
             store(w, i, &out)
         }
         V_DIV_FIXUP_F32 => op_f32(w, i, 3, |a| {
-            div_fixup(a[0] as f64, a[1] as f64, a[2] as f64, 126) as f32
+            div_fixup(a[0] as f64, a[1] as f64, a[2] as f64, 150, |x| {
+                exp_f32(x as f32)
+            }) as f32
         }),
-        V_DIV_FIXUP_F64 => op_f64(w, i, 3, |a| div_fixup(a[0], a[1], a[2], 1022)),
+        V_DIV_FIXUP_F64 => op_f64(w, i, 3, |a| div_fixup(a[0], a[1], a[2], 1075, exp_f64)),
         V_DIV_SCALE_F32 | V_DIV_SCALE_F64 | V_DIV_FMAS_F32 | V_DIV_FMAS_F64 => div_ops(w, i),
         // ---------------- f64 ----------------
         V_ADD_F64 => op_f64(w, i, 2, |a| a[0] + a[1]),
@@ -1926,10 +1931,19 @@ fn carry_op(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
     write_mask_dst(w, i.sdst(), carry & mask & exec)
 }
 
-/// `v_div_fixup_f32/f64` (CDNA ISA pseudocode): `s0` is the quotient estimate, `s1` the
-/// denominator, `s2` the numerator. Special cases produce NaN/Inf/0 with the quotient's sign;
-/// otherwise the estimate's magnitude with that sign.
-fn div_fixup(s0: f64, s1: f64, s2: f64, _emax: i32) -> f64 {
+/// `v_div_fixup_f32/f64` (CDNA4 ISA pseudocode): `s0` is the quotient estimate, `s1` the
+/// denominator, `s2` the numerator. NaN inputs propagate quietened (numerator first), 0/0 and
+/// inf/inf give the default NaN, x/0 and inf/y infinity, x/inf and 0/y zero, all with the
+/// quotient's sign; a quotient far below the smallest denormal (biased exponent difference
+/// below -`underflow_gap`) gives signed zero; a NaN estimate signed infinity; otherwise the
+/// estimate's magnitude with the quotient's sign.
+fn div_fixup(
+    s0: f64,
+    s1: f64,
+    s2: f64,
+    underflow_gap: i32,
+    biased_exp: impl Fn(f64) -> i32,
+) -> f64 {
     let neg = s1.is_sign_negative() != s2.is_sign_negative();
     let signed = |x: f64| if neg { -x } else { x };
     if s2.is_nan() {
@@ -1937,24 +1951,135 @@ fn div_fixup(s0: f64, s1: f64, s2: f64, _emax: i32) -> f64 {
     } else if s1.is_nan() {
         s1
     } else if (s1 == 0.0 && s2 == 0.0) || (s1.is_infinite() && s2.is_infinite()) {
-        // 0/0 and inf/inf.
-        f64::NAN
+        // The ISA writes the default NaN with its sign bit set (0xffc00000).
+        -f64::NAN
     } else if s1 == 0.0 || s2.is_infinite() {
         signed(f64::INFINITY)
-    } else if s1.is_infinite() || s2 == 0.0 {
+    } else if s1.is_infinite() || s2 == 0.0 || biased_exp(s2) - biased_exp(s1) < -underflow_gap {
+        // x/inf, 0/y, and quotients far below the smallest denormal.
         signed(0.0)
     } else if s0.is_nan() {
-        // The estimate overflowed/underflowed into NaN: report it rather than guess.
-        s0
+        // With finite non-zero operands a NaN estimate means the scaled quotient overflowed
+        // inside the Newton-Raphson steps (a true quotient beyond 2^192): the ISA pseudocode
+        // has no case for it; hardware returns the overflow value (infinity in the default
+        // round mode), as tinygrad's hardware-checked model of this instruction records.
+        signed(f64::INFINITY)
     } else {
         signed(s0.abs())
     }
 }
 
-/// `v_div_scale_*` and `v_div_fmas_*`, the scaling steps of LLVM's division expansion. The
-/// ordinary case (no denormal, near-overflow or tiny operand) is exact: div_scale returns
-/// its source 0 unchanged and clears VCC, div_fmas is a plain fma. The rescaling cases are
-/// not implemented and fault instead of returning a wrong quotient.
+/// Biased exponent field of an f32.
+fn exp_f32(x: f32) -> i32 {
+    ((x.to_bits() >> 23) & 0xff) as i32
+}
+
+/// Biased exponent field of an f64.
+fn exp_f64(x: f64) -> i32 {
+    ((x.to_bits() >> 52) & 0x7ff) as i32
+}
+
+/// Parameters of the division helpers for one precision: the exponent distance that means
+/// "quotient near overflow", the power-of-two scale, the "numerator tiny" exponent bound and
+/// the biased exponent of 1.0.
+struct DivParams {
+    near_max: i32,
+    scale: i32,
+    tiny: i32,
+    one: i32,
+}
+
+const DIV_F32: DivParams = DivParams {
+    near_max: 96,
+    scale: 64,
+    tiny: 23,
+    one: 127,
+};
+const DIV_F64: DivParams = DivParams {
+    near_max: 768,
+    scale: 128,
+    tiny: 53,
+    one: 1023,
+};
+
+/// `v_div_scale_*` for one lane: `s0` is the value to scale (the numerator or the
+/// denominator), `s1` the denominator, `s2` the numerator. Returns the scaled value and the
+/// lane's VCC bit ("the quotient needs post-scaling").
+///
+/// This follows the CDNA4 ISA pseudocode branch by branch. "1.0 / S1 == DENORM" is evaluated
+/// in f64 as the pseudocode writes it (`1.0 / 64'F(S1.f32) == DENORM.f64`), so for f32
+/// operands those two branches never apply. One reading is forced by the division macro the
+/// instruction exists for (LLVM's fdiv expansion, which must return the correctly rounded
+/// quotient): where both 1/S1 and S2/S1 are denormal (f64: |S1| > 2^1022) the denominator
+/// is scaled *down*; the pseudocode's `ldexp(S0, 128)` would overflow it to infinity. With
+/// `v_div_fmas`'s 2^-128 post-scale for a small quotient this yields the true quotient.
+///
+/// The unit tests run the f32 and f64 macros over every input class and compare with host
+/// division.
+fn div_scale(s0: f64, s1: f64, s2: f64, p: &DivParams, narrow: bool) -> (f64, bool) {
+    // Rounds to the operand precision so that "is denormal" tests the value the hardware sees.
+    let round = |x: f64| if narrow { x as f32 as f64 } else { x };
+    let exp = |x: f64| {
+        if narrow {
+            exp_f32(x as f32)
+        } else {
+            exp_f64(x)
+        }
+    };
+    let denorm = |x: f64| x != 0.0 && x.is_finite() && exp(x) == 0;
+    let denorm64 = |x: f64| x != 0.0 && x.is_subnormal();
+    let ldexp = |x: f64, e: i32| round(x * fp::pow2(e));
+    if s2 == 0.0 || s1 == 0.0 {
+        (f64::NAN, false)
+    } else if exp(s2) - exp(s1) >= p.near_max {
+        // The quotient is near the largest finite value: scale the denominator up.
+        (if s0 == s1 { ldexp(s0, p.scale) } else { s0 }, true)
+    } else if denorm(s1) {
+        (ldexp(s0, p.scale), false)
+    } else if denorm64(1.0 / s1) && denorm(round(s2 / s1)) {
+        (if s0 == s1 { ldexp(s0, -p.scale) } else { s0 }, true)
+    } else if denorm64(1.0 / s1) {
+        (ldexp(s0, -p.scale), false)
+    } else if denorm(round(s2 / s1)) {
+        // The quotient is denormal: scale the numerator up, post-scale the quotient down.
+        (if s0 == s2 { ldexp(s0, p.scale) } else { s0 }, true)
+    } else if exp(s2) <= p.tiny {
+        // The numerator is tiny: scale both (no post-scaling needed).
+        (ldexp(s0, p.scale), false)
+    } else {
+        (s0, false)
+    }
+}
+
+/// `v_div_fmas_*` for one lane: `fma(s0, s1, s2)`, post-scaled when `vcc` is set. The ISA
+/// pseudocode writes a fixed 2^32 (2^64 for f64), which cannot undo `v_div_scale`'s 2^64
+/// (2^128) scaling; the scale applied here is 2^+64 when the quotient estimate `s2` is at
+/// least 2.0 (the denominator was scaled up because the quotient is huge) and 2^-64 otherwise
+/// (the numerator was scaled up, or the denominator down, because the quotient is denormal).
+/// Hardware tests published by tinygrad (RDNA3, same division macro) report the same rule.
+fn div_fmas(s0: f64, s1: f64, s2: f64, vcc: bool, p: &DivParams, narrow: bool) -> f64 {
+    let exp = |x: f64| {
+        if narrow {
+            exp_f32(x as f32)
+        } else {
+            exp_f64(x)
+        }
+    };
+    if !vcc {
+        return if narrow {
+            (s0 as f32).mul_add(s1 as f32, s2 as f32) as f64
+        } else {
+            s0.mul_add(s1, s2)
+        };
+    }
+    let scale = if exp(s2) > p.one { p.scale } else { -p.scale };
+    // f32: the f64 fma of f32 values is exact enough that scaling it before the one rounding
+    // to f32 matches a fused scale; f64: scaling after the fma is exact unless the result is
+    // denormal.
+    s0.mul_add(s1, s2) * fp::pow2(scale)
+}
+
+/// `v_div_scale_*` and `v_div_fmas_*`, the scaling steps of LLVM's division expansion.
 fn div_ops(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
     use Opcode::*;
     let wide = matches!(i.op, V_DIV_SCALE_F64 | V_DIV_FMAS_F64);
@@ -1966,51 +2091,22 @@ fn div_ops(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
             .map(|v| v.map(|x| x as f64))
             .collect()
     };
+    let p = if wide { &DIV_F64 } else { &DIV_F32 };
     let exec = w.exec();
-    let (min_normal, mant_bits, emax) = if wide {
-        (f64::MIN_POSITIVE, 52, 1023)
-    } else {
-        (f32::MIN_POSITIVE as f64, 23, 127)
-    };
+    let scale = matches!(i.op, V_DIV_SCALE_F32 | V_DIV_SCALE_F64);
+    let vcc_in = w.vcc();
     let mut out = [0u64; 64];
+    let mut vcc_out = 0u64;
     for l in 0..64 {
-        if exec >> l & 1 == 0 {
-            continue;
-        }
         let (a, b, c) = (s[0][l], s[1][l], s[2][l]);
-        out[l] = if matches!(i.op, V_DIV_SCALE_F32 | V_DIV_SCALE_F64) {
-            // s0 is the value to scale (numerator or denominator), s1 the denominator, s2 the
-            // numerator.
-            let exp = |x: f64| frexp64(x).1 - 1;
-            let risky = [a, b, c]
-                .iter()
-                .any(|x| x.is_finite() && *x != 0.0 && x.abs() < min_normal)
-                || (b != 0.0
-                    && c != 0.0
-                    && b.is_finite()
-                    && c.is_finite()
-                    && (exp(c) - exp(b) >= emax - 31 || exp(c) <= mant_bits))
-                || (b.is_finite() && b != 0.0 && (1.0 / b).abs() < min_normal);
-            if risky
-                && b != 0.0
-                && c != 0.0
-                && !b.is_nan()
-                && !c.is_nan()
-                && !b.is_infinite()
-                && !c.is_infinite()
-            {
-                return Err(unimpl(
-                    i,
-                    "operand needs rescaling (denormal, tiny or near-overflow quotient)",
-                ));
-            }
-            if b == 0.0 || c == 0.0 { f64::NAN } else { a }.to_bits()
+        let d = if scale {
+            let (d, flag) = div_scale(a, b, c, p, !wide);
+            vcc_out |= (flag as u64) << l;
+            d
         } else {
-            if w.vcc() >> l & 1 != 0 {
-                return Err(unimpl(i, "VCC requests the rescaled fma"));
-            }
-            a.mul_add(b, c).to_bits()
+            div_fmas(a, b, c, vcc_in >> l & 1 != 0, p, !wide)
         };
+        out[l] = d.to_bits();
     }
     if wide {
         write_v64(w, i.dst(), exec, &out)?;
@@ -2021,9 +2117,8 @@ fn div_ops(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
         }
         write_v32(w, i.dst(), 0, exec, &o32)?;
     }
-    if matches!(i.op, V_DIV_SCALE_F32 | V_DIV_SCALE_F64) {
-        // No rescaling happened, so the scale flag is clear in every lane.
-        write_mask_dst(w, i.sdst(), 0)?;
+    if scale {
+        write_mask_dst(w, i.sdst(), vcc_out & exec)?;
     }
     Ok(())
 }
@@ -2308,6 +2403,183 @@ mod tests {
 
     fn f(x: f32) -> u32 {
         x.to_bits()
+    }
+
+    /// LLVM's f32 division expansion (as in compiled kernels, e.g. Triton softmax): the
+    /// result must be the correctly rounded quotient for every input class, which pins down
+    /// v_div_scale/v_div_fmas/v_div_fixup together. Expected values: host IEEE division.
+    #[test]
+    fn division_macro_is_correctly_rounded() {
+        const MACRO: &[u32] = &[
+            0xd1e00002, 0x04020301, // v_div_scale_f32 v2, s[0:1], v1, v1, v0
+            0xd1e06a03, 0x04020300, // v_div_scale_f32 v3, vcc, v0, v1, v0
+            0x7e084502, // v_rcp_f32_e32 v4, v2
+            0xd1cb0005, 0x23ca0902, // v_fma_f32 v5, -v2, v4, 1.0
+            0xd1cb0004, 0x04120905, // v_fma_f32 v4, v5, v4, v4
+            0x0a0a0903, // v_mul_f32_e32 v5, v3, v4
+            0xd1cb0006, 0x240e0b02, // v_fma_f32 v6, -v2, v5, v3
+            0xd1cb0005, 0x04160906, // v_fma_f32 v5, v6, v4, v5
+            0xd1cb0002, 0x240e0b02, // v_fma_f32 v2, -v2, v5, v3
+            0xd1e20002, 0x04160902, // v_div_fmas_f32 v2, v2, v4, v5
+            0xd1de0000, 0x04020302, // v_div_fixup_f32 v0, v2, v1, v0
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        // A float with a random sign and mantissa and a biased exponent in `exps`.
+        let mut float_in = |exps: std::ops::RangeInclusive<u32>| {
+            let r = rnd();
+            let e = exps.start() + (r >> 40) as u32 % (exps.end() - exps.start() + 1);
+            f32::from_bits(((r as u32) & 0x807f_ffff) | (e << 23))
+        };
+        // (numerator exponents, denominator exponents) per input class; 0 = denormal.
+        let classes = [
+            (107..=147, 107..=147), // ordinary
+            (190..=254, 1..=90),    // quotient near or past overflow
+            (1..=30, 137..=190),    // denormal quotient
+            (100..=254, 253..=254), // denominator above 2^126 (denormal reciprocal)
+            (1..=30, 253..=254),    // both: tiny numerator over a huge denominator
+            (1..=147, 0..=0),       // denormal denominator
+            (0..=0, 1..=254),       // denormal numerator
+            (1..=23, 100..=140),    // tiny numerator
+            (0..=0, 0..=0),         // denormal over denormal
+        ];
+        for (c, (ne, de)) in classes.iter().enumerate() {
+            for _ in 0..4 {
+                let mut h = Harness::new(MACRO);
+                let pairs: Vec<(f32, f32)> = (0..64)
+                    .map(|_| (float_in(ne.clone()), float_in(de.clone())))
+                    .collect();
+                h.set_v(0, |l| pairs[l].0.to_bits());
+                h.set_v(1, |l| pairs[l].1.to_bits());
+                h.run().unwrap();
+                for (l, (n, d)) in pairs.iter().enumerate() {
+                    let want = n / d;
+                    let got = f32::from_bits(h.v(0)[l]);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "class {c}: {n:e} / {d:e} = {want:e}, got {got:e}"
+                    );
+                }
+            }
+        }
+        // Special operands: zeros, infinities and NaN in every combination.
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.5,
+            -3.0,
+            f32::MAX,
+        ];
+        let mut h = Harness::new(MACRO);
+        h.set_v(0, |l| specials[l % 8].to_bits());
+        h.set_v(1, |l| specials[l / 8].to_bits());
+        h.run().unwrap();
+        for l in 0..64 {
+            let (n, d) = (specials[l % 8], specials[l / 8]);
+            let (want, got) = (n / d, f32::from_bits(h.v(0)[l]));
+            if want.is_nan() {
+                assert!(got.is_nan(), "{n} / {d} = NaN, got {got}");
+            } else {
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{n} / {d} = {want}, got {got}"
+                );
+            }
+        }
+    }
+
+    /// FP4 to bf16/f16 with extreme scales (the scale is the exponent field of the f32
+    /// source 1). FP4 codes: 0x7 = 6, 0x1 = 0.5, 0x3 = 1.5, 0x9 = -0.5; byte 0 holds element 0
+    /// in its low nibble. Hand-derived:
+    /// * lane 0, scale 2^127: bf16(6 * 2^127) overflows to 0x7f80, bf16(2^126) = 0x7e80;
+    ///   scale 2^-24: f16(6 * 2^-24) = denormal 6 = 0x0006, f16(2^-25) ties to even = 0.
+    /// * lane 1, scale 2^-127 (field 0): bf16(1.5 * 2^-127) = 96 * 2^-133 = 0x0060,
+    ///   bf16(-0.5 * 2^-127) = 0x8020; scale 2^-15: f16(1.5 * 2^-15) = 768 * 2^-24 = 0x0300,
+    ///   f16(-2^-16) = 0x8100.
+    #[test]
+    fn scaled_fp4_conversions_at_the_range_ends() {
+        let mut h = Harness::new(&[
+            0xd251000e, 0x00020702, // v_cvt_scalef32_pk_bf16_fp4 v14, v2, v3
+            0xd250000f, 0x00020902, // v_cvt_scalef32_pk_f16_fp4 v15, v2, v4
+        ]);
+        h.set_v(2, |l| [0x17, 0x93][l % 2]);
+        h.set_v(3, |l| [0x7f00_0000, 0x0000_0000][l % 2]);
+        h.set_v(4, |l| [0x3380_0000, 0x3800_0000][l % 2]);
+        h.run().unwrap();
+        assert_eq!((h.v(14)[0], h.v(15)[0]), (0x7e80_7f80, 0x0000_0006));
+        assert_eq!((h.v(14)[1], h.v(15)[1]), (0x8020_0060, 0x8100_0300));
+    }
+
+    /// LLVM's f64 division expansion, checked like the f32 one.
+    #[test]
+    fn f64_division_macro_is_correctly_rounded() {
+        const MACRO: &[u32] = &[
+            0xd1e10004, 0x04020502, // v_div_scale_f64 v[4:5], s[0:1], v[2:3], v[2:3], v[0:1]
+            0x7e0c4b04, // v_rcp_f64_e32 v[6:7], v[4:5]
+            0xd1cc0008, 0x23ca0d04, // v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0
+            0xd1cc0006, 0x041a1106, // v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]
+            0xd1cc0008, 0x23ca0d04, // v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0
+            0xd1cc0006, 0x041a1106, // v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]
+            0xd1e16a08, 0x04020500, // v_div_scale_f64 v[8:9], vcc, v[0:1], v[2:3], v[0:1]
+            0xd281000a, 0x00020d08, // v_mul_f64 v[10:11], v[8:9], v[6:7]
+            0xd1cc0004, 0x24221504, // v_fma_f64 v[4:5], -v[4:5], v[10:11], v[8:9]
+            0xd1e30004, 0x042a0d04, // v_div_fmas_f64 v[4:5], v[4:5], v[6:7], v[10:11]
+            0xd1df0000, 0x04020504, // v_div_fixup_f64 v[0:1], v[4:5], v[2:3], v[0:1]
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut float_in = |exps: std::ops::RangeInclusive<u64>| {
+            let r = rnd();
+            let e = exps.start() + (rnd() >> 20) % (exps.end() - exps.start() + 1);
+            f64::from_bits((r & 0x800f_ffff_ffff_ffff) | (e << 52))
+        };
+        let classes = [
+            (1000..=1046, 1000..=1046), // ordinary
+            (1800..=2046, 1..=600),     // quotient near or past overflow
+            (1..=100, 1100..=1500),     // denormal quotient
+            (900..=2046, 2045..=2046),  // denominator above 2^1022 (denormal reciprocal)
+            (1..=100, 2045..=2046),     // both
+            (1..=1046, 0..=0),          // denormal denominator
+            (0..=0, 1..=2046),          // denormal numerator
+            (1..=53, 900..=1100),       // tiny numerator
+        ];
+        for (c, (ne, de)) in classes.iter().enumerate() {
+            for _ in 0..4 {
+                let mut h = Harness::new(MACRO);
+                let pairs: Vec<(f64, f64)> = (0..64)
+                    .map(|_| (float_in(ne.clone()), float_in(de.clone())))
+                    .collect();
+                h.set_v(0, |l| pairs[l].0.to_bits() as u32);
+                h.set_v(1, |l| (pairs[l].0.to_bits() >> 32) as u32);
+                h.set_v(2, |l| pairs[l].1.to_bits() as u32);
+                h.set_v(3, |l| (pairs[l].1.to_bits() >> 32) as u32);
+                h.run().unwrap();
+                for (l, (n, d)) in pairs.iter().enumerate() {
+                    let want = n / d;
+                    let got = f64::from_bits(h.v(0)[l] as u64 | (h.v(1)[l] as u64) << 32);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "class {c}: {n:e} / {d:e} = {want:e}, got {got:e}"
+                    );
+                }
+            }
+        }
     }
 
     /// Expected values worked out by hand from the ISA definitions (see each comment).
