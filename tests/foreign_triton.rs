@@ -45,16 +45,30 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
         dynamic_lds: fk.meta_u64("lds_bytes") as u32,
     };
     let kernel = fk.meta["kernel"].as_str().unwrap();
-    let report = launch(dev, &module, kernel, &config, &args).unwrap_or_else(|e| panic!("{} {m}x{n}x{k}: {e}", fk.name()));
+    let report = launch(dev, &module, kernel, &config, &args)
+        .unwrap_or_else(|e| panic!("{} {m}x{n}x{k}: {e}", fk.name()));
     let mut c = vec![0u8; m * n * 2];
     dev.copy_from_device(pc, &mut c).unwrap();
-    let got: Vec<half::bf16> = c.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect();
+    let got: Vec<half::bf16> = c
+        .chunks_exact(2)
+        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+        .collect();
     let reference = reference_gemm(&a, &b).unwrap();
     let cmp = reference.compare_bf16(&got).unwrap();
-    eprintln!("{} {m}x{n}x{k}: {cmp} c[0..3]={:?} ref={:?} insts={}", fk.name(), &got[..3], &reference.c()[..3], report.stats.as_ref().unwrap()["wave_instructions"]);
+    eprintln!(
+        "{} {m}x{n}x{k}: {cmp} c[0..3]={:?} ref={:?} insts={}",
+        fk.name(),
+        &got[..3],
+        &reference.c()[..3],
+        report.stats.as_ref().unwrap()["wave_instructions"]
+    );
     assert!(cmp.passed(), "{} {m}x{n}x{k}: {cmp}", fk.name());
     let stats = report.stats.unwrap();
-    assert!(stats["mfma"].as_u64().unwrap() > 0, "{}: no MFMA executed", fk.name());
+    assert!(
+        stats["mfma"].as_u64().unwrap() > 0,
+        "{}: no MFMA executed",
+        fk.name()
+    );
     for p in [pa, pb, psa, psb, pc] {
         dev.free(p).unwrap();
     }
@@ -62,7 +76,9 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
 
 #[test]
 fn triton_mxfp4_gemms_match_the_reference() {
-    let Some(corpus) = tilegen_testkit::foreign_kernels() else { return };
+    let Some(corpus) = tilegen_testkit::foreign_kernels() else {
+        return;
+    };
     let dev = EmuDevice::new();
     let mut mfma_shapes = std::collections::BTreeSet::new();
     for fk in &corpus {
@@ -72,10 +88,17 @@ fn triton_mxfp4_gemms_match_the_reference() {
                 mfma_shapes.insert(shape);
             }
         }
-        let (bm, bn, bk) = (fk.meta_u64("bm") as usize, fk.meta_u64("bn") as usize, fk.meta_u64("bk") as usize);
+        let (bm, bn, bk) = (
+            fk.meta_u64("bm") as usize,
+            fk.meta_u64("bn") as usize,
+            fk.meta_u64("bk") as usize,
+        );
         // Full tiles, then a ragged M (masked rows) with two K iterations.
         check(&dev, fk, bm, bn, bk, 1);
         check(&dev, fk, 2 * bm + 3, 2 * bn, 2 * bk, 2);
     }
-    assert!(mfma_shapes.contains("32x32x64") && mfma_shapes.contains("16x16x128"), "corpus covers {mfma_shapes:?}");
+    assert!(
+        mfma_shapes.contains("32x32x64") && mfma_shapes.contains("16x16x128"),
+        "corpus covers {mfma_shapes:?}"
+    );
 }

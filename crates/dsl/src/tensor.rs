@@ -229,7 +229,7 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
     }
 
     fn dwords(&self, op: &'static str) -> Result<u32> {
-        if self.elem_bytes % 4 != 0 || !(4..=16).contains(&self.elem_bytes) {
+        if !self.elem_bytes.is_multiple_of(4) || !(4..=16).contains(&self.elem_bytes) {
             return Err(DslError::Operand {
                 op,
                 rule: format!(

@@ -135,11 +135,9 @@ impl ResourceReport {
 pub fn occupancy(allocated_vgprs: u32, lds_bytes: u32, workgroup_size: u32) -> u32 {
     let by_regs = 512 / allocated_vgprs.max(8);
     let waves_per_group = workgroup_size.div_ceil(64).max(1);
-    let by_lds = if lds_bytes == 0 {
-        8
-    } else {
-        let groups_per_cu = (160 * 1024) / lds_bytes;
-        (groups_per_cu * waves_per_group) / 4
-    };
+    // No LDS: only registers limit residency.
+    let by_lds = (160 * 1024u32)
+        .checked_div(lds_bytes)
+        .map_or(8, |groups_per_cu| (groups_per_cu * waves_per_group) / 4);
     by_regs.min(by_lds).min(8)
 }

@@ -58,10 +58,10 @@ pub fn check_problem(m: usize, n: usize, k: usize, out_bytes: usize) -> Result<(
     if m == 0 {
         return fail("M must be at least 1".into());
     }
-    if n == 0 || n % 16 != 0 {
+    if n == 0 || !n.is_multiple_of(16) {
         return fail(format!("N = {n} must be a positive multiple of 16"));
     }
-    if k == 0 || k % 256 != 0 {
+    if k == 0 || !k.is_multiple_of(256) {
         return fail(format!("K = {k} must be a positive multiple of 256"));
     }
     let limit = u32::MAX as u128;

@@ -322,14 +322,14 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             }
         }
         let m_parity = |i: usize| {
-            if self.spec.bm % 32 == 0 {
+            if self.spec.bm.is_multiple_of(32) {
                 Parity::Static(i as i64 % 2)
             } else {
                 Parity::Dynamic(self.m_blk0 + i as i64)
             }
         };
         let n_parity = |j: usize| {
-            if self.spec.wn % 32 == 0 {
+            if self.spec.wn.is_multiple_of(32) {
                 Parity::Static(j as i64 % 2)
             } else {
                 Parity::Dynamic(self.n_blk0 + j as i64)

@@ -394,7 +394,7 @@ impl KernelSpec {
             }
         }
         let multiple = |name, value: u32, multiple: u32, why| {
-            if value % multiple != 0 {
+            if !value.is_multiple_of(multiple) {
                 Err(SpecError::NotMultiple {
                     name,
                     value,
@@ -439,7 +439,7 @@ impl KernelSpec {
                 if self.mma != MmaShape::M16N16K128 {
                     return Err(SpecError::PrebShape);
                 }
-                if self.bm != 16 && self.bm % 32 != 0 {
+                if self.bm != 16 && !self.bm.is_multiple_of(32) {
                     return Err(SpecError::BmRule { bm: self.bm });
                 }
                 multiple(

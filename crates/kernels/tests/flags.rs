@@ -77,7 +77,7 @@ fn preb_flag_combinations() {
                         // Clusters of 4 MFMAs (the default), or 2 where a tile has fewer.
                         let spec = spec
                             .clone()
-                            .mfma_cluster(spec.mfmas_per_stage().min(4).max(1));
+                            .mfma_cluster(spec.mfmas_per_stage().clamp(1, 4));
                         check_preb(&spec);
                     }
                 }

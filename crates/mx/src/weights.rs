@@ -832,12 +832,10 @@ mod tests {
         p
     }
 
-    fn read(
-        path: &Path,
-    ) -> (
-        HashMap<String, (Dtype, Vec<usize>, Vec<u8>)>,
-        HashMap<String, String>,
-    ) {
+    /// Tensors by name: dtype, shape, bytes.
+    type Tensors = HashMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
+
+    fn read(path: &Path) -> (Tensors, HashMap<String, String>) {
         let data = std::fs::read(path).unwrap();
         let st = SafeTensors::deserialize(&data).unwrap();
         let t = st
