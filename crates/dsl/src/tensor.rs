@@ -1,5 +1,6 @@
 //! Device `TileTensor` views: a layout over bytes in global memory (through a buffer resource)
-//! or LDS, with `tile`, `vectorize` and `distribute` as in CuTe / Mojo's `TileTensor`.
+//! or LDS, or over a lane's registers, with `tile`, `vectorize` and `distribute` as in CuTe /
+//! Mojo's `TileTensor`.
 //!
 //! A view keeps two offsets: a wave-uniform `base` (tile coordinates come from workgroup ids and
 //! loop counters) and a per-lane `lane` part (from `distribute`). Buffer loads take them as
@@ -11,15 +12,21 @@ use tilegen_layout::{Coord, Idx, Layout};
 use crate::error::{DslError, Result};
 use crate::int::Int;
 use crate::kernel::Kernel;
+use std::rc::Rc;
+
+use crate::kernel::Var;
 use crate::mem::{Buffer, Lds};
 
-/// Where a view's bytes live.
-#[derive(Debug, Clone, Copy)]
+/// Where a view's elements live.
+#[derive(Debug, Clone)]
 pub enum Storage<'ctx> {
-    /// Global memory through a buffer resource.
+    /// Global memory through a buffer resource (layout in bytes).
     Global(Buffer<'ctx>),
-    /// Shared memory.
+    /// Shared memory (layout in bytes).
     Lds(Lds<'ctx>),
+    /// This lane's registers: one variable per element, the layout giving the element's index.
+    /// Registers cannot be indexed at run time, so coordinates must be static.
+    Regs(Rc<[Var<'ctx>]>),
 }
 
 /// An index of the layout algebra on the device.
@@ -68,8 +75,24 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
     }
 
     /// The storage.
-    pub fn storage(&self) -> Storage<'ctx> {
-        self.storage
+    pub fn storage(&self) -> &Storage<'ctx> {
+        &self.storage
+    }
+
+    /// A view of a lane's registers: element `c` is `vars[layout(c)]`.
+    pub fn registers(
+        k: &'k Kernel<'ctx>,
+        vars: Vec<Var<'ctx>>,
+        layout: DevLayout<'k, 'ctx>,
+    ) -> Self {
+        TileTensor {
+            k,
+            storage: Storage::Regs(vars.into()),
+            base: Idx::Static(0),
+            lane: Idx::Static(0),
+            layout,
+            elem_bytes: 1,
+        }
     }
 
     /// The `shape`-sized tile at tile coordinate `coord` (per mode: `coord[i] * shape[i]`). The
@@ -107,7 +130,7 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
             .collect::<Result<_>>()?;
         Ok(TileTensor {
             k: self.k,
-            storage: self.storage,
+            storage: self.storage.clone(),
             base: self.base.add(&offset),
             lane: self.lane.clone(),
             layout: Layout::from_modes(sub),
@@ -118,6 +141,13 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
     /// Groups `widths[i]` consecutive elements of mode `i` into one vector element. The grouped
     /// elements must be contiguous bytes (the result loads each element with one instruction).
     pub fn vectorize(&self, widths: &[i64]) -> Result<Self> {
+        if let Storage::Regs(_) = self.storage {
+            return Err(DslError::Operand {
+                op: "vectorize",
+                rule: "register elements are whole values already: vectorize views of memory"
+                    .into(),
+            });
+        }
         let tilers: Vec<DevLayout<'k, 'ctx>> = widths.iter().map(|&w| Layout::leaf(w, 1)).collect();
         let z = self.layout.zipped_divide(&tilers).map_err(layout_err)?;
         let inner = z.mode(0).map_err(layout_err)?;
@@ -140,7 +170,7 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
         }
         Ok(TileTensor {
             k: self.k,
-            storage: self.storage,
+            storage: self.storage.clone(),
             base: self.base.clone(),
             lane: self.lane.clone(),
             layout: outer,
@@ -152,6 +182,12 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
     /// coordinates to lane ids, e.g. column-major `[16, 4]`) is tiled over it: each mode `i` is
     /// split into `threads`' extent and the rest, and the lane keeps the rest at its coordinate.
     pub fn distribute(&self, threads: &Layout, lane: Int<'k, 'ctx>) -> Result<Self> {
+        if let Storage::Regs(_) = self.storage {
+            return Err(DslError::Operand {
+                op: "distribute",
+                rule: "a register view is already one lane's: distribute views of memory".into(),
+            });
+        }
         let shape = threads
             .shape()
             .static_leaves()
@@ -181,7 +217,7 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
         let offset = within.crd2idx(&Coord::Tuple(coords)).map_err(layout_err)?;
         Ok(TileTensor {
             k: self.k,
-            storage: self.storage,
+            storage: self.storage.clone(),
             base: self.base.clone(),
             lane: self.lane.add(&offset),
             layout: rest,
@@ -199,6 +235,9 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
 
     /// Loads the element at `coord` as `elem_bytes / 4` dwords (`i32` or `<N x i32>`).
     pub fn load(&self, coord: &Coord<Int<'k, 'ctx>>) -> Result<BasicValueEnum<'ctx>> {
+        if let Storage::Regs(vars) = &self.storage {
+            return self.k.get(&vars[self.register(coord, vars.len())?]);
+        }
         let (base, lane) = self.offsets(coord)?;
         let dwords = self.dwords("load")?;
         match &self.storage {
@@ -214,17 +253,42 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
                 self.k
                     .lds_load(lds, base + lane, ty, self.elem_bytes.min(16))
             }
+            Storage::Regs(_) => unreachable!("handled above"),
         }
     }
 
     /// Stores `value` (`elem_bytes` bytes) as the element at `coord`.
     pub fn store(&self, coord: &Coord<Int<'k, 'ctx>>, value: BasicValueEnum<'ctx>) -> Result<()> {
+        if let Storage::Regs(vars) = &self.storage {
+            return self.k.set(&vars[self.register(coord, vars.len())?], value);
+        }
         let (base, lane) = self.offsets(coord)?;
         match &self.storage {
             Storage::Global(buf) => self.k.buffer_store(buf, value, lane, base),
             Storage::Lds(lds) => self
                 .k
                 .lds_store(lds, base + lane, value, self.elem_bytes.min(16)),
+            Storage::Regs(_) => unreachable!("handled above"),
+        }
+    }
+
+    /// The register index of `coord` in a register view.
+    fn register(&self, coord: &Coord<Int<'k, 'ctx>>, count: usize) -> Result<usize> {
+        let at = self
+            .layout
+            .crd2idx(coord)
+            .map_err(layout_err)?
+            .add(&self.base);
+        match at.static_value() {
+            Some(i) if (0..count as i64).contains(&i) => Ok(i as usize),
+            Some(i) => Err(DslError::Operand {
+                op: "register view",
+                rule: format!("element {i} is outside the {count} registers of the view"),
+            }),
+            None => Err(DslError::Operand {
+                op: "register view",
+                rule: "registers cannot be indexed at run time: use a static coordinate".into(),
+            }),
         }
     }
 

@@ -280,10 +280,10 @@ pub fn store_c<'k, 'ctx>(
         .crd2idx(&lane_coord)
         .map_err(layout_err)?
         .to_value(&z);
-    let f32x4 = ctx.f32_type().vec_type(4);
+    let acc_tile = mma.accum_tile();
     for i in 0..mma.num_m {
         for j in 0..mma.num_n {
-            let acc = mma.accum(i, j)?.into_vector_value();
+            let acc = acc_tile.load(&Coord::from((i, j)))?.into_vector_value();
             for g in 0..groups {
                 let r = row0 + (i as i64) * mn;
                 let cidx = col0 + (j as i64) * mn + 8 * g;
@@ -303,7 +303,6 @@ pub fn store_c<'k, 'ctx>(
                     inkwell::types::VectorType::const_vector(&mask),
                     "",
                 )?;
-                let _ = f32x4;
                 let value = match out {
                     OutDtype::F32 => k.bitcast(part.into(), ctx.i32_type().vec_type(4))?,
                     OutDtype::Bf16 => {

@@ -62,9 +62,15 @@ impl<'k, 'ctx> BlockScaledMmaOp<'k, 'ctx> {
         self.shape.mn() as i64
     }
 
-    /// The accumulator of tile `(m, n)` (`<acc_dwords x float>`, `D[n][m]` in MFMA terms).
-    pub fn accum(&self, m: usize, n: usize) -> Result<BasicValueEnum<'ctx>> {
-        self.k.get(&self.acc[m * self.num_n + n])
+    /// The accumulators as a register view `[num_m, num_n]`: element `(m, n)` is tile
+    /// `(m, n)`'s `<acc_dwords x float>` (`D[n][m]` in MFMA terms).
+    pub fn accum_tile(&self) -> TileTensor<'k, 'ctx> {
+        let layout = Layout::row_major((self.num_m as i64, self.num_n as i64));
+        TileTensor::registers(
+            self.k,
+            self.acc.clone(),
+            crate::gemm::static_layout(&layout),
+        )
     }
 
     /// `acc[m][n] += A_m * B_n` with their scales. B goes to the MFMA's `src_a` and A to `src_b`
