@@ -78,6 +78,9 @@ pub struct SpecArgs {
     /// Element type of C.
     #[arg(long, value_enum, default_value = "bf16")]
     pub out_dtype: DtypeArg,
+    /// Occupancy target in waves per SIMD (1-8): caps registers, spilling past the cap.
+    #[arg(long)]
+    pub waves_per_eu: Option<u32>,
 }
 
 impl SpecArgs {
@@ -123,6 +126,7 @@ impl SpecArgs {
             .dram_to_lds(self.dram_to_lds)
             .cluster_drain_sched(self.cluster_drain_sched)
             .deep_prime(self.deep_prime)
+            .waves_per_eu(self.waves_per_eu)
             .out_dtype(match self.out_dtype {
                 DtypeArg::Bf16 => OutDtype::Bf16,
                 DtypeArg::F32 => OutDtype::F32,

@@ -106,9 +106,19 @@ impl<'ctx> Kernel<'ctx> {
             str_attr("uniform-work-group-size", "true"),
         );
         if let Some(w) = attrs.waves_per_eu {
+            // The occupancy request alone is a hint the attributor may widen; the register cap it
+            // implies (the 512-entry unified file shared by `w` waves) is what binds allocation.
+            let regs = (target::MAX_UNIFIED_VGPRS / w.max(1)) / 8 * 8;
             func.add_attribute(
                 AttributeLoc::Function,
                 str_attr("amdgpu-waves-per-eu", &format!("{w},{w}")),
+            );
+            func.add_attribute(
+                AttributeLoc::Function,
+                str_attr(
+                    "amdgpu-num-vgpr",
+                    &regs.min(target::MAX_ARCH_VGPRS).to_string(),
+                ),
             );
         }
         for (i, p) in params.iter().enumerate() {

@@ -73,7 +73,7 @@ impl KernelSpec {
         let name = self.kernel_name();
         let attrs = KernelAttrs {
             workgroup_size: self.threads(),
-            waves_per_eu: None,
+            waves_per_eu: self.waves_per_eu,
         };
         let compile_err = |e: tilegen_dsl::DslError| SpecError::Compile {
             message: e.to_string(),

@@ -125,6 +125,20 @@ pub enum SpecError {
         /// Why.
         why: &'static str,
     },
+    /// A value outside its range.
+    #[error("{name} = {value} must be in {min}..={max} ({why})")]
+    OutOfRange {
+        /// Parameter.
+        name: &'static str,
+        /// Value.
+        value: u32,
+        /// Smallest allowed.
+        min: u32,
+        /// Largest allowed.
+        max: u32,
+        /// Why.
+        why: &'static str,
+    },
     /// BM of the preshuffled-B kernel.
     #[error(
         "bm = {bm} must be 16 or a multiple of 32 (one scale dword covers a 32-row pair of MFMA tiles)"
@@ -231,6 +245,9 @@ pub struct KernelSpec {
     pub mfma_cluster: u32,
     /// Stage A two tiles ahead (preb, b_prefetch).
     pub deep_prime: bool,
+    /// Occupancy target: at least this many waves per SIMD (1..=8), which bounds the registers
+    /// the compiler may use (it spills past them). `None` lets the compiler choose.
+    pub waves_per_eu: Option<u32>,
 }
 
 impl Default for KernelSpec {
@@ -268,6 +285,7 @@ impl KernelSpec {
             cluster_drain_sched: false,
             mfma_cluster: 4,
             deep_prime: false,
+            waves_per_eu: None,
         }
     }
 
@@ -309,6 +327,11 @@ impl KernelSpec {
         "Per-cluster priority brackets and vmcnt staircase (preb, b_prefetch)."
     );
     setter!(mfma_cluster, u32, "MFMAs per cluster.");
+    setter!(
+        waves_per_eu,
+        Option<u32>,
+        "Occupancy target in waves per SIMD (bounds register use)."
+    );
     setter!(
         deep_prime,
         bool,
@@ -499,6 +522,17 @@ impl KernelSpec {
         if estimate > 512 {
             return Err(SpecError::RegisterBudget { estimate, detail });
         }
+        if let Some(w) = self.waves_per_eu
+            && !(1..=8).contains(&w)
+        {
+            return Err(SpecError::OutOfRange {
+                name: "waves_per_eu",
+                value: w,
+                min: 1,
+                max: 8,
+                why: "a gfx950 SIMD holds 1 to 8 waves",
+            });
+        }
         Ok(())
     }
 
@@ -526,6 +560,9 @@ impl KernelSpec {
         }
         if self.dram_to_lds {
             s.push_str("_d2l");
+        }
+        if let Some(w) = self.waves_per_eu {
+            s.push_str(&format!("_w{w}"));
         }
         if self.cluster_drain_sched {
             s.push_str(&format!("_cds{}", self.mfma_cluster));
@@ -632,6 +669,20 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(e, SpecError::PrebShape);
+        let e = KernelSpec::new()
+            .waves_per_eu(Some(9))
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OutOfRange {
+                    name: "waves_per_eu",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = KernelSpec::new().bm(0).validate().unwrap_err();
         assert_eq!(
             e,

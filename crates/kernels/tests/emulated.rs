@@ -137,3 +137,20 @@ fn lds_variant_shapes() {
     specs.push(KernelSpec::lds().out_dtype(OutDtype::F32));
     sweep(specs);
 }
+
+#[test]
+fn spilling_kernel_runs_through_scratch() {
+    // Demanding 8 waves per SIMD leaves 64 registers per lane: the default tile spills, and the
+    // emulator must carry the private segment (scratch) through the run.
+    let spec = KernelSpec::new().waves_per_eu(Some(8));
+    let k = spec.build().unwrap();
+    assert!(
+        k.report.vgpr_spill_count > 0 && k.report.private_bytes > 0,
+        "{:?}",
+        k.report
+    );
+    let dev = EmuDevice::new();
+    for (m, n, kd) in [(64, 128, 512), (17, 144, 768)] {
+        check(&dev, &k, m, n, kd, 3).unwrap();
+    }
+}
