@@ -61,33 +61,19 @@ fn main() {
     for fk in &corpus {
         let code = std::fs::read(&fk.hsaco).expect("code object");
         let module = dev.load(&code).expect("load");
-        let (bm, bn) = (fk.meta_u64("bm") as usize, fk.meta_u64("bn") as usize);
-        let i = |v: usize| ArgValue::I32(v as i32);
-        let mut kargs = vec![
-            ArgValue::Ptr(pa),
-            ArgValue::Ptr(pb),
-            ArgValue::Ptr(psa),
-            ArgValue::Ptr(psb),
-            ArgValue::Ptr(pc),
-            i(M),
-            i(N),
-            i(K),
-            i(K / 2),
-            i(K / 2),
-            i(K / 32),
-            i(K / 32),
-            i(N),
-        ];
+        let call = fk.gemm_launch(M, N, K);
+        let mut kargs: Vec<ArgValue> = [pa, pb, psa, psb, pc].map(ArgValue::Ptr).to_vec();
+        kargs.extend(call.scalars.map(ArgValue::I32));
         kargs.resize(
             module.code_object.kernels[0].meta.explicit_args().count(),
             ArgValue::Null,
         );
         let config = LaunchConfig {
-            grid: [M.div_ceil(bm) as u32, N.div_ceil(bn) as u32, 1],
-            block: [fk.meta_u64("block_threads") as u32, 1, 1],
-            dynamic_lds: fk.meta_u64("lds_bytes") as u32,
+            grid: call.grid,
+            block: call.block,
+            dynamic_lds: call.dynamic_lds,
         };
-        let name = fk.meta["kernel"].as_str().expect("kernel name");
+        let name = call.kernel.as_str();
         let mut times = Vec::new();
         let mut stats = serde_json::Value::Null;
         for _ in 0..reps {

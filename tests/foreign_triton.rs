@@ -8,7 +8,6 @@ use tilegen_testkit::ForeignKernel;
 
 /// Runs one Triton kernel on `m x n x k` and compares with the reference.
 fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed: u64) {
-    let (bm, bn) = (fk.meta_u64("bm") as usize, fk.meta_u64("bn") as usize);
     let a = MxMatrix::random(m, k, seed).unwrap();
     let b = MxMatrix::random(n, k, seed ^ 0x5eed).unwrap();
     let code = std::fs::read(&fk.hsaco).unwrap();
@@ -20,31 +19,20 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
     };
     let (pa, pb, psa, psb) = (up(a.data()), up(b.data()), up(a.scales()), up(b.scales()));
     let pc = dev.alloc((m * n * 2) as u64).unwrap();
-    let i = |v: usize| ArgValue::I32(v as i32);
-    let mut args = vec![
-        ArgValue::Ptr(pa),
-        ArgValue::Ptr(pb),
-        ArgValue::Ptr(psa),
-        ArgValue::Ptr(psb),
-        ArgValue::Ptr(pc),
-        i(m),
-        i(n),
-        i(k),
-        i(k / 2),
-        i(k / 2),
-        i(k / 32),
-        i(k / 32),
-        i(n),
-    ];
+    let call = fk.gemm_launch(m, n, k);
+    let mut args: Vec<ArgValue> = [pa, pb, psa, psb, pc].map(ArgValue::Ptr).to_vec();
+    args.extend(call.scalars.map(ArgValue::I32));
     // Triton appends its global and profile scratch pointers; these kernels use neither.
-    let explicit = module.code_object.kernels[0].meta.explicit_args().count();
-    args.resize(explicit, ArgValue::Null);
+    args.resize(
+        module.code_object.kernels[0].meta.explicit_args().count(),
+        ArgValue::Null,
+    );
     let config = LaunchConfig {
-        grid: [m.div_ceil(bm) as u32, n.div_ceil(bn) as u32, 1],
-        block: [fk.meta_u64("block_threads") as u32, 1, 1],
-        dynamic_lds: fk.meta_u64("lds_bytes") as u32,
+        grid: call.grid,
+        block: call.block,
+        dynamic_lds: call.dynamic_lds,
     };
-    let kernel = fk.meta["kernel"].as_str().unwrap();
+    let kernel = call.kernel.as_str();
     let report = launch(dev, &module, kernel, &config, &args)
         .unwrap_or_else(|e| panic!("{} {m}x{n}x{k}: {e}", fk.name()));
     let mut c = vec![0u8; m * n * 2];
@@ -55,13 +43,6 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
         .collect();
     let reference = reference_gemm(&a, &b).unwrap();
     let cmp = reference.compare_bf16(&got).unwrap();
-    eprintln!(
-        "{} {m}x{n}x{k}: {cmp} c[0..3]={:?} ref={:?} insts={}",
-        fk.name(),
-        &got[..3],
-        &reference.c()[..3],
-        report.stats.as_ref().unwrap()["wave_instructions"]
-    );
     assert!(cmp.passed(), "{} {m}x{n}x{k}: {cmp}", fk.name());
     let stats = report.stats.unwrap();
     assert!(

@@ -107,7 +107,7 @@ pub type PendingWrite<'k, 'ctx> = (
 pub type PendingWrites<'k, 'ctx> = Vec<PendingWrite<'k, 'ctx>>;
 
 /// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
-/// from `col0`) into a row-major LDS tile at `lds_base`, 16 bytes per lane. Wave-instruction `i`
+/// from `col0`) into a row-major LDS tile at the start of `lds`, 16 bytes per lane. Wave-instruction `i`
 /// moves chunks `64 i .. 64 i + 63`, which are 1 KB of contiguous LDS, so the same mapping works
 /// with `buffer_load ... lds` (`direct`), where each lane's 16 bytes land at `M0 + 16 * lane`.
 ///
@@ -124,7 +124,6 @@ pub fn stage_tile<'k, 'ctx>(
     row0: Int<'k, 'ctx>,
     col0: Int<'k, 'ctx>,
     lds: &Lds<'ctx>,
-    lds_base: i64,
     rows: i64,
     row_bytes: i64,
     direct: bool,
@@ -158,7 +157,7 @@ pub fn stage_tile<'k, 'ctx>(
             let s_u = static_layout(&local).crd2idx(&Coord::from(u)).map_err(layout_err)?;
             let s_l = static_layout(&local).crd2idx(&Coord::from(l)).map_err(layout_err)?;
             let z = k.i32(0);
-            let lds_u = s_u.add(&Idx::Static(lds_base));
+            let lds_u = s_u;
             if direct {
                 k.buffer_load_to_lds(src, lds, lds_u.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
                 Ok(None)

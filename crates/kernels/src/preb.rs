@@ -147,7 +147,6 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             self.m0,
             kb0,
             &self.slots[slot],
-            0,
             self.spec.bm as i64,
             packs * PACK_ELEMS / 2,
             self.spec.dram_to_lds,

@@ -162,16 +162,7 @@ impl Device for EmuDevice {
         let program = loaded
             .programs
             .get(kernel)
-            .ok_or_else(|| RuntimeError::NoSuchKernel {
-                name: kernel.to_string(),
-                available: loaded
-                    .code_object
-                    .kernels
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+            .ok_or_else(|| RuntimeError::no_such_kernel(&loaded.code_object, kernel))?;
         let start = Instant::now();
         let result = self
             .emu()?

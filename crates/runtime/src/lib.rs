@@ -91,6 +91,21 @@ pub enum RuntimeError {
     Device(String),
 }
 
+impl RuntimeError {
+    /// A [`RuntimeError::NoSuchKernel`] listing what `co` does have.
+    pub fn no_such_kernel(co: &CodeObject, name: &str) -> Self {
+        RuntimeError::NoSuchKernel {
+            name: name.to_string(),
+            available: co
+                .kernels
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// A gfx950 device: the emulator here, a real MI355X through HSA elsewhere.
 pub trait Device: Send + Sync {
     /// A human-readable name (`gfx950 emulator`, the agent name, ...).
@@ -130,16 +145,7 @@ pub fn launch(
     let k = module
         .code_object
         .kernel(kernel)
-        .ok_or_else(|| RuntimeError::NoSuchKernel {
-            name: kernel.to_string(),
-            available: module
-                .code_object
-                .kernels
-                .iter()
-                .map(|k| k.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+        .ok_or_else(|| RuntimeError::no_such_kernel(&module.code_object, kernel))?;
     check_config(config, k.meta.max_flat_workgroup_size)?;
     let segment = kernargs::build(k, config, args)?;
     let signal = device.dispatch(module, kernel, config, &segment)?;

@@ -31,12 +31,45 @@ impl ForeignKernel {
             .unwrap_or_default()
     }
 
+    /// How to launch this MXFP4 GEMM (`scripts/triton/mxfp4_gemm.py`) on an `m x n x k`
+    /// problem: A `[M, K/2]`, B `[N, K/2]`, scales `[M, K/32]` / `[N, K/32]`, C `[M, N]` bf16, all
+    /// row-major. The kernel's arguments are the five pointers (A, B, A scales, B scales, C),
+    /// then [`TritonGemmLaunch::scalars`], then Triton's two scratch pointers (null).
+    pub fn gemm_launch(&self, m: usize, n: usize, k: usize) -> TritonGemmLaunch {
+        let (bm, bn) = (self.meta_u64("bm") as usize, self.meta_u64("bn") as usize);
+        TritonGemmLaunch {
+            kernel: self.meta["kernel"]
+                .as_str()
+                .unwrap_or("mxfp4_gemm")
+                .to_string(),
+            grid: [m.div_ceil(bm) as u32, n.div_ceil(bn) as u32, 1],
+            block: [self.meta_u64("block_threads") as u32, 1, 1],
+            dynamic_lds: self.meta_u64("lds_bytes") as u32,
+            scalars: [m, n, k, k / 2, k / 2, k / 32, k / 32, n].map(|v| v as i32),
+        }
+    }
+
     /// An integer field of `meta.json`.
     pub fn meta_u64(&self, key: &str) -> u64 {
         self.meta[key]
             .as_u64()
             .unwrap_or_else(|| panic!("{}: meta.json has no integer {key}", self.dir.display()))
     }
+}
+
+/// Launch parameters of a foreign MXFP4 GEMM (see [`ForeignKernel::gemm_launch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TritonGemmLaunch {
+    /// Kernel symbol.
+    pub kernel: String,
+    /// Workgroups.
+    pub grid: [u32; 3],
+    /// Work-items per workgroup.
+    pub block: [u32; 3],
+    /// LDS bytes to allocate at launch (Triton's shared memory is dynamic).
+    pub dynamic_lds: u32,
+    /// M, N, K and the four row strides (A, B, A scales, B scales, C).
+    pub scalars: [i32; 8],
 }
 
 /// The corpus directory: `TILEGEN_FOREIGN_DIR`, else `<workspace>/target/foreign`.
