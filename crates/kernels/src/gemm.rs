@@ -157,13 +157,12 @@ pub fn stage_tile<'k, 'ctx>(
             let s_u = static_layout(&local).crd2idx(&Coord::from(u)).map_err(layout_err)?;
             let s_l = static_layout(&local).crd2idx(&Coord::from(l)).map_err(layout_err)?;
             let z = k.i32(0);
-            let lds_u = s_u;
             if direct {
-                k.buffer_load_to_lds(src, lds, lds_u.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
+                k.buffer_load_to_lds(src, lds, s_u.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
                 Ok(None)
             } else {
                 let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;
-                Ok(Some((lds_u.add(&s_l).to_value(&z), v)))
+                Ok(Some((s_u.add(&s_l).to_value(&z), v)))
             }
         };
         let i = cx.wave.idx().add(&Idx::Static(j * cx.warps));
