@@ -138,18 +138,7 @@ impl<'k, 'ctx> BlockScaledMmaOp<'k, 'ctx> {
         lane: Int<'k, 'ctx>,
     ) -> Result<Vec<Int<'k, 'ctx>>> {
         let k = self.k;
-        let dev: Layout<Int<'k, 'ctx>> = Layout::new(
-            layout
-                .shape()
-                .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
-            layout
-                .stride()
-                .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
-        )
-        .map_err(|e| tilegen_dsl::DslError::Operand {
-            op: "load_scales",
-            rule: e.to_string(),
-        })?;
+        let dev = crate::gemm::static_layout(layout);
         let row = lane.idx().rem(&Idx::Static(self.mn())).add(&row0);
         let kblk = lane
             .idx()

@@ -67,7 +67,9 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let warps = spec.warps() as i64;
     let cx = Ctx::new(k, warps)?;
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
-    let pad32 = |v: Int<'k, 'ctx>| (v + 31) / 32 * 32;
+    // Scale rows are padded to the Shuffler's 32-row block, as the host preshuffle pads them.
+    let blk = Shuffler::S_MN_BLOCK as i64;
+    let pad32 = |v: Int<'k, 'ctx>| (v + (blk - 1)) / blk * blk;
     let a = cx.buffer("a", m * kb, CachePolicy::Always)?;
     let b = cx.buffer("b", n * kb, spec.b_cache_policy.policy())?;
     let sfa = cx.buffer("sfa", pad32(m) * ks, CachePolicy::Always)?;
