@@ -102,6 +102,8 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
         timings.optimize = t.elapsed();
         // Codegen mutates the module, so the listing comes from a copy.
         let asm = if options.emit_asm {
+            // Verbose listings carry LLVM's loop annotations, which the static reports read.
+            tm.set_asm_verbosity(true);
             let copy = module.clone();
             let buf = tm
                 .write_to_memory_buffer(&copy, FileType::Assembly)

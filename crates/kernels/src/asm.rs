@@ -27,58 +27,122 @@ fn is_instruction(line: &str) -> bool {
         && line.starts_with(['\t', ' '])
 }
 
-impl LoopStats {
-    /// The loop (a label and a later branch back to it) with the most MFMAs; without a loop, the
-    /// whole kernel counts as its body.
-    pub fn from_asm(asm: &str) -> LoopStats {
-        // Only the kernel body: a listing ends with metadata after `s_endpgm`.
-        let lines: Vec<&str> = asm.lines().collect();
-        let mut labels = std::collections::HashMap::new();
-        for (i, l) in lines.iter().enumerate() {
-            if let Some(name) = l.trim().strip_suffix(':')
-                && name.starts_with(".LBB")
-            {
-                labels.insert(name.to_string(), i);
-            }
-        }
-        let body = |a: usize, b: usize| {
-            let ins = lines[a..=b].iter().filter(|l| is_instruction(l));
-            let (mut n, mut m) = (0u32, 0u32);
-            for l in ins {
-                n += 1;
-                if l.trim_start().starts_with("v_mfma") {
-                    m += 1;
-                }
-            }
-            (n, m)
+/// A basic block of a listing: its label, the loop header its annotation names (LLVM prints
+/// `; =>This Inner Loop Header` and `;   in Loop: Header=BB0_3` with verbose assembly), and its
+/// line range.
+struct Block<'a> {
+    label: &'a str,
+    loop_header: Option<&'a str>,
+    lines: std::ops::Range<usize>,
+}
+
+fn blocks<'a>(lines: &[&'a str]) -> Vec<Block<'a>> {
+    let mut out: Vec<Block<'a>> = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let Some((label, comment)) = t.split_once(':') else {
+            continue;
         };
-        let total = lines.iter().filter(|l| is_instruction(l)).count() as u32;
-        let mut best: Option<(u32, u32)> = None;
-        // Only loops that hold MFMAs count as the main loop.
+        if !label.starts_with(".LBB") || label.contains(char::is_whitespace) {
+            continue;
+        }
+        if let Some(prev) = out.last_mut() {
+            prev.lines.end = i;
+        }
+        let name = label.trim_start_matches('.');
+        let loop_header = if comment.contains("Loop Header") {
+            Some(name)
+        } else {
+            comment
+                .split("Header=")
+                .nth(1)
+                .and_then(|h| h.split_whitespace().next())
+        };
+        out.push(Block {
+            label,
+            loop_header,
+            lines: i..lines.len(),
+        });
+    }
+    out
+}
+
+/// The lines of the main loop (the loop holding the most MFMAs), in listing order: from LLVM's
+/// loop annotations when the listing has them (a loop's blocks need not be contiguous), else a
+/// label and a later branch back to it. `None` when no loop holds an MFMA.
+pub fn main_loop_lines(asm: &str) -> Option<Vec<&str>> {
+    let lines: Vec<&str> = asm.lines().collect();
+    let mfmas = |r: &[std::ops::Range<usize>]| -> (usize, usize) {
+        let body = r
+            .iter()
+            .flat_map(|r| lines[r.clone()].iter())
+            .filter(|l| is_instruction(l));
+        body.fold((0, 0), |(n, m), l| {
+            (n + 1, m + l.trim_start().starts_with("v_mfma") as usize)
+        })
+    };
+    let blocks = blocks(&lines);
+    let mut candidates: Vec<Vec<std::ops::Range<usize>>> = Vec::new();
+    let headers: std::collections::BTreeSet<&str> =
+        blocks.iter().filter_map(|b| b.loop_header).collect();
+    if headers.is_empty() {
+        let start_of = |target: &str| {
+            blocks
+                .iter()
+                .find(|b| b.label == target)
+                .map(|b| b.lines.start)
+        };
         for (i, l) in lines.iter().enumerate() {
             let t = l.trim_start();
-            if !(t.starts_with("s_cbranch") || t.starts_with("s_branch")) {
-                continue;
-            }
-            let Some(target) = t.split_whitespace().nth(1) else {
-                continue;
-            };
-            if let Some(&start) = labels.get(target)
+            if (t.starts_with("s_cbranch") || t.starts_with("s_branch"))
+                && let Some(start) = t.split_whitespace().nth(1).and_then(start_of)
                 && start < i
             {
-                let (n, m) = body(start, i);
-                if m > 0 && best.is_none_or(|(bn, bm)| (m, n) > (bm, bn)) {
-                    best = Some((n, m));
-                }
+                candidates.push(vec![start..i + 1]);
             }
         }
-        let found_loop = best.is_some();
-        let (instructions, mfmas) = best.unwrap_or_else(|| body(0, lines.len().saturating_sub(1)));
+    } else {
+        for h in headers {
+            candidates.push(
+                blocks
+                    .iter()
+                    .filter(|b| b.loop_header == Some(h))
+                    .map(|b| b.lines.clone())
+                    .collect(),
+            );
+        }
+    }
+    let best = candidates
+        .into_iter()
+        .map(|r| (mfmas(&r), r))
+        .filter(|((_, m), _)| *m > 0)
+        .max_by_key(|((n, m), _)| (*m, *n))?;
+    Some(
+        best.1
+            .into_iter()
+            .flat_map(|r| lines[r].iter().copied())
+            .collect(),
+    )
+}
+
+impl LoopStats {
+    /// Counts of [`main_loop_lines`]; without a loop holding MFMAs, of the whole kernel.
+    pub fn from_asm(asm: &str) -> LoopStats {
+        let count = |lines: &[&str]| {
+            let body = lines.iter().filter(|l| is_instruction(l));
+            body.fold((0u32, 0u32), |(n, m), l| {
+                (n + 1, m + l.trim_start().starts_with("v_mfma") as u32)
+            })
+        };
+        let all: Vec<&str> = asm.lines().collect();
+        let total = count(&all).0;
+        let found = main_loop_lines(asm);
+        let (instructions, mfmas) = count(found.as_deref().unwrap_or(&all));
         LoopStats {
             instructions,
             mfmas,
             total_instructions: total,
-            found_loop,
+            found_loop: found.is_some(),
         }
     }
 }

@@ -135,9 +135,12 @@ impl ResourceReport {
 pub fn occupancy(allocated_vgprs: u32, lds_bytes: u32, workgroup_size: u32) -> u32 {
     let by_regs = 512 / allocated_vgprs.max(8);
     let waves_per_group = workgroup_size.div_ceil(64).max(1);
-    // No LDS: only registers limit residency.
+    // No LDS: only registers limit residency. A CU spreads a workgroup's waves over its 4 SIMDs,
+    // so a lone workgroup of 2 waves still gives its SIMDs one wave each.
     let by_lds = (160 * 1024u32)
         .checked_div(lds_bytes)
-        .map_or(8, |groups_per_cu| (groups_per_cu * waves_per_group) / 4);
+        .map_or(8, |groups_per_cu| {
+            (groups_per_cu * waves_per_group).div_ceil(4)
+        });
     by_regs.min(by_lds).min(8)
 }

@@ -10,27 +10,7 @@ const PREB_SHAPES: &[(u32, u32, u32, u32)] =
     &[(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
 
 fn main_loop(asm: &str) -> Vec<&str> {
-    // The loop with the most MFMAs: same rule as LoopStats, but keep the lines.
-    let lines: Vec<&str> = asm.lines().collect();
-    let mut best: Option<(usize, usize, usize)> = None;
-    for (i, l) in lines.iter().enumerate() {
-        let t = l.trim();
-        if !(t.starts_with("s_cbranch") || t.starts_with("s_branch")) {
-            continue;
-        }
-        let target = format!("{}:", t.split_whitespace().nth(1).unwrap_or(""));
-        if let Some(start) = lines[..i].iter().position(|x| x.trim() == target) {
-            let m = lines[start..i]
-                .iter()
-                .filter(|x| x.contains("v_mfma"))
-                .count();
-            if best.is_none_or(|(_, _, bm)| m > bm) {
-                best = Some((start, i, m));
-            }
-        }
-    }
-    let (a, b, _) = best.expect("a main loop");
-    lines[a..=b].to_vec()
+    tilegen_kernels::asm::main_loop_lines(asm).expect("a main loop")
 }
 
 fn b_policy_flags(p: BCachePolicy) -> &'static str {
