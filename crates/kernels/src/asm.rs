@@ -98,7 +98,7 @@ pub fn main_loop_lines(asm: &str) -> Option<Vec<&str>> {
                 && let Some(start) = t.split_whitespace().nth(1).and_then(start_of)
                 && start < i
             {
-                candidates.push(vec![start..i + 1]);
+                candidates.push(std::iter::once(start..i + 1).collect());
             }
         }
     } else {
