@@ -32,6 +32,21 @@ pub struct ResourceReport {
     pub occupancy: u32,
     /// Bytes of machine code.
     pub code_bytes: u32,
+    /// The kernarg layout: every argument (explicit and hidden) in offset order.
+    pub kernargs: Vec<Kernarg>,
+}
+
+/// One kernel argument as the code object lays it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kernarg {
+    /// Source name (hidden arguments have none).
+    pub name: Option<String>,
+    /// Byte offset in the kernarg segment.
+    pub offset: u32,
+    /// Size in bytes.
+    pub size: u32,
+    /// `.value_kind` (`global_buffer`, `by_value`, `hidden_*`).
+    pub kind: String,
 }
 
 /// A spec compiled to a loadable gfx950 code object.
@@ -125,6 +140,16 @@ impl ResourceReport {
                 m.max_flat_workgroup_size,
             ),
             code_bytes: k.code_size as u32,
+            kernargs: m
+                .args
+                .iter()
+                .map(|a| Kernarg {
+                    name: a.name.clone(),
+                    offset: a.offset,
+                    size: a.size,
+                    kind: a.value_kind.clone(),
+                })
+                .collect(),
         })
     }
 }

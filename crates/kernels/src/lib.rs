@@ -17,6 +17,6 @@ pub mod mma;
 mod preb;
 mod spec;
 
-pub use compiled::{CompiledKernel, ResourceReport, occupancy};
+pub use compiled::{CompiledKernel, Kernarg, ResourceReport, occupancy};
 pub use launch::{GemmBuffers, GemmInputs, LaunchError, check_problem};
 pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, Variant};

@@ -694,6 +694,21 @@ mod tests {
     }
 
     #[test]
+    fn report_reads_back_the_kernarg_layout() {
+        let k = KernelSpec::new().build().unwrap();
+        let names: Vec<_> = k
+            .report
+            .kernargs
+            .iter()
+            .filter_map(|a| a.name.clone())
+            .collect();
+        assert_eq!(names, ["c", "a", "b", "sfa", "sfb", "m", "n", "k"]);
+        let offsets: Vec<_> = k.report.kernargs.iter().map(|a| a.offset).collect();
+        assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 44, 48]);
+        assert_eq!(k.report.kernarg_bytes, 52);
+    }
+
+    #[test]
     fn cache_key_is_stable_and_distinguishes_specs() {
         let a = KernelSpec::new();
         assert_eq!(a.cache_key(), KernelSpec::new().cache_key());
