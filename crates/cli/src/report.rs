@@ -31,6 +31,9 @@ pub fn print_report(k: &CompiledKernel) {
             " (no loop: whole kernel)"
         }
     );
+    for d in &k.diagnostics {
+        println!("  LLVM {d}");
+    }
     let t = &k.timings;
     println!(
         "  compiled in {:.1} ms (verify {:.1}, O3 {:.1}, codegen {:.1}, link {:.2})",

@@ -198,6 +198,30 @@ fn gemm_main_job_emits_checkable_files() {
 }
 
 #[test]
+fn build_reports_llvm_warnings_instead_of_printing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tilegen()
+        .args(["build", "--waves-per-eu", "8", "-o"])
+        .arg(dir.path().join("k.hsaco"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("LLVM warning: failed to meet occupancy target")
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn gemm_rejects_bad_specs_and_shapes_by_rule() {
     let out = tilegen()
         .args(["gemm", "--m", "8", "--n", "64", "--k", "512", "--bm", "48"])

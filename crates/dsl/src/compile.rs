@@ -57,6 +57,8 @@ pub struct Compiled {
     pub asm: Option<String>,
     /// Per-stage times.
     pub timings: Timings,
+    /// Warnings and remarks LLVM reported (e.g. an occupancy target it could not meet).
+    pub diagnostics: Vec<String>,
 }
 
 thread_local! {
@@ -73,6 +75,15 @@ pub(crate) fn with_machine<R>(f: impl FnOnce(&TargetMachine) -> Result<R>) -> Re
         }
         f(slot.as_ref().expect("just initialised"))
     })
+}
+
+fn with_diagnostics(message: String, kernel: &Kernel<'_>) -> String {
+    let d = kernel.take_diagnostics();
+    if d.is_empty() {
+        message
+    } else {
+        format!("{message} ({})", d.join("; "))
+    }
 }
 
 /// Compiles `kernel` (its body must be finished) to a code object, in this process.
@@ -120,7 +131,7 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
             .write_to_memory_buffer(module, FileType::Object)
             .map_err(|e| DslError::Llvm {
                 stage: "codegen",
-                message: e.to_string(),
+                message: with_diagnostics(e.to_string(), kernel),
             })?;
         timings.codegen = t.elapsed();
         let object = obj.as_slice().to_vec();
@@ -133,6 +144,7 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
             ir: ir.clone(),
             asm,
             timings,
+            diagnostics: kernel.take_diagnostics(),
         })
     })
 }

@@ -7,6 +7,7 @@ use inkwell::basic_block::BasicBlock;
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
+use inkwell::llvm_sys;
 use inkwell::module::Module;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{
@@ -57,6 +58,44 @@ pub struct Kernel<'ctx> {
     pub(crate) lds_used: Cell<u32>,
     pub(crate) lds_allocs: RefCell<Vec<(String, u32)>>,
     counter: Cell<u32>,
+    /// LLVM's diagnostics for this kernel (registered with the context; see `Diagnostics`).
+    diagnostics: Box<Diagnostics>,
+}
+
+/// Messages LLVM reports through the context's diagnostic handler (warnings such as an
+/// occupancy target that cannot be met). Without a handler LLVM prints them to stderr, which a
+/// library must not do; with one they reach the caller in [`crate::Compiled::diagnostics`].
+#[derive(Default)]
+pub(crate) struct Diagnostics(RefCell<Vec<String>>);
+
+extern "C" fn collect_diagnostic(
+    info: llvm_sys::prelude::LLVMDiagnosticInfoRef,
+    sink: *mut std::ffi::c_void,
+) {
+    use llvm_sys::LLVMDiagnosticSeverity::*;
+    // SAFETY: `sink` is the `Diagnostics` the kernel registered, alive until the kernel drops
+    // (when the handler is removed); `info` is valid for the duration of this call.
+    unsafe {
+        let sink = &*(sink as *const Diagnostics);
+        let text = llvm_sys::core::LLVMGetDiagInfoDescription(info);
+        let msg = std::ffi::CStr::from_ptr(text)
+            .to_string_lossy()
+            .into_owned();
+        llvm_sys::core::LLVMDisposeMessage(text);
+        // Remarks and notes (vectorizer misses, instruction counts) are not problems.
+        let severity = match llvm_sys::core::LLVMGetDiagInfoSeverity(info) {
+            LLVMDSError => "error",
+            LLVMDSWarning => "warning",
+            LLVMDSRemark | LLVMDSNote => return,
+        };
+        let msg = msg.trim_start_matches("<unknown>:0:0: ");
+        let line = format!("{severity}: {msg}");
+        if let Ok(mut v) = sink.0.try_borrow_mut()
+            && !v.contains(&line)
+        {
+            v.push(line);
+        }
+    }
 }
 
 impl<'ctx> Kernel<'ctx> {
@@ -131,6 +170,16 @@ impl<'ctx> Kernel<'ctx> {
                 func.add_attribute(AttributeLoc::Param(i as u32), enum_attr(ctx, "noalias", 0));
             }
         }
+        let diagnostics = Box::<Diagnostics>::default();
+        // SAFETY: the handler's context pointer is the boxed `Diagnostics`, which lives as long
+        // as this kernel; `Drop` removes the handler before the box is freed.
+        unsafe {
+            llvm_sys::core::LLVMContextSetDiagnosticHandler(
+                ctx.raw(),
+                Some(collect_diagnostic),
+                &*diagnostics as *const Diagnostics as *mut std::ffi::c_void,
+            );
+        }
         let builder = ctx.create_builder();
         let entry = ctx.append_basic_block(func, "entry");
         builder.position_at_end(entry);
@@ -145,7 +194,13 @@ impl<'ctx> Kernel<'ctx> {
             lds_used: Cell::new(0),
             lds_allocs: RefCell::new(Vec::new()),
             counter: Cell::new(0),
+            diagnostics,
         })
+    }
+
+    /// Diagnostics LLVM reported so far (drained).
+    pub(crate) fn take_diagnostics(&self) -> Vec<String> {
+        self.diagnostics.0.borrow_mut().drain(..).collect()
     }
 
     /// The kernel's symbol name.
@@ -397,6 +452,19 @@ impl<'ctx> Kernel<'ctx> {
     /// The value as a `BasicValueEnum`.
     pub fn basic(v: impl BasicValue<'ctx>) -> BasicValueEnum<'ctx> {
         v.as_basic_value_enum()
+    }
+}
+
+impl Drop for Kernel<'_> {
+    fn drop(&mut self) {
+        // SAFETY: unregisters the handler whose context pointer is about to be freed.
+        unsafe {
+            llvm_sys::core::LLVMContextSetDiagnosticHandler(
+                self.ctx.raw(),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
     }
 }
 

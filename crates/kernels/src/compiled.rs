@@ -68,6 +68,8 @@ pub struct CompiledKernel {
     pub cache_key: String,
     /// Compile stage times.
     pub timings: Timings,
+    /// Warnings LLVM reported while compiling (e.g. an occupancy target it could not meet).
+    pub diagnostics: Vec<String>,
 }
 
 impl KernelSpec {
@@ -112,6 +114,7 @@ impl KernelSpec {
             report,
             cache_key: self.cache_key(),
             timings: out.timings,
+            diagnostics: out.diagnostics,
         })
     }
 }
