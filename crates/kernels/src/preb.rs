@@ -17,8 +17,10 @@ use crate::mma::{BlockScaledMmaOp, ScaleSel};
 use crate::spec::KernelSpec;
 
 const MMA: MfmaShape = MfmaShape::M16N16K128;
-/// K elements per scale dword's K pack pair (two MFMAs).
-const PACK_ELEMS: i64 = 256;
+/// K elements of one MFMA K step.
+const STEP_ELEMS: i64 = 128;
+/// Bytes of packed FP4 per row in one K step.
+const STEP_BYTES: i64 = STEP_ELEMS / 2;
 
 type DevLayout<'k, 'ctx> = Layout<Int<'k, 'ctx>>;
 
@@ -128,9 +130,10 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         self.cx.kdim / self.spec.bk_elems as i64
     }
 
-    /// Stages A's `[BM, packs * 128]` bytes starting at K byte `kb0` into `slot`.
-    fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, packs: i64) -> Result<()> {
-        let pending = self.stage_a_issue(slot, kb0, packs)?;
+    /// Stages A's `[BM, steps * 64]` bytes (`steps` MFMA K steps of 128) starting at K byte
+    /// `kb0` into `slot`.
+    fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, steps: i64) -> Result<()> {
+        let pending = self.stage_a_issue(slot, kb0, steps)?;
         gemm::commit_tile(&self.cx, &self.slots[slot], pending)
     }
 
@@ -140,7 +143,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         &self,
         slot: usize,
         kb0: Int<'k, 'ctx>,
-        packs: i64,
+        steps: i64,
     ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
         gemm::stage_tile(
             &self.cx,
@@ -150,14 +153,21 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             kb0,
             &self.slots[slot],
             self.spec.bm as i64,
-            packs * PACK_ELEMS / 2,
+            steps * STEP_BYTES,
             self.spec.dram_to_lds,
         )
     }
 
-    /// Loads one stage's B fragments and B scale dwords into `regs` (for `packs` K packs
-    /// starting at K pack `pack0`), and returns how many loads it issued.
-    fn load_b(&self, regs: &BRegs<'ctx>, pack0: Int<'k, 'ctx>, packs: i64) -> Result<u32> {
+    /// Scale dwords a stage of `steps` K steps needs per 32-row pair: one per K pack, and one for
+    /// a single step (the tail).
+    fn packs_of(steps: i64) -> usize {
+        (steps as usize / 2).max(1)
+    }
+
+    /// Loads one stage's B fragments and B scale dwords into `regs` (`steps` K steps starting at
+    /// K step `step0`; a stage of two or more steps starts on a pack boundary), and returns how
+    /// many loads it issued.
+    fn load_b(&self, regs: &BRegs<'ctx>, step0: Int<'k, 'ctx>, steps: i64) -> Result<u32> {
         let k = self.k();
         let z = k.i32(0);
         let lane = self.cx.lane.idx();
@@ -181,8 +191,8 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         let zero_c = |c: Coord<Int<'k, 'ctx>>| -> Result<Int<'k, 'ctx>> {
             Ok(self.b_layout.crd2idx(&c).map_err(layout_err)?.to_value(&z))
         };
-        for kk in 0..packs * 2 {
-            let k0 = pack0.idx().mul(&s16(2)).add(&s16(kk));
+        for kk in 0..steps {
+            let k0 = step0.idx().add(&s16(kk));
             let k_off = zero_c(Coord::from((
                 s16(0),
                 (s16(0), self.n_blk0.idx()),
@@ -199,28 +209,22 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 issued += 1;
             }
         }
-        for pk in 0..packs {
-            for q in self.scale_pairs(self.nn) {
+        let pairs = self.scale_pairs(self.nn);
+        for pk in 0..Self::packs_of(steps) {
+            for q in 0..pairs {
                 let blk = self.n_blk0.idx().add(&s16(2 * q as i64));
-                let v = self.load_scale_dword(
-                    &self.sfb,
-                    &self.sfb_layout,
-                    blk,
-                    pack0.idx().add(&s16(pk)),
-                )?;
-                k.set(
-                    &regs.scales[pk as usize * self.scale_pairs(self.nn).len() + q],
-                    v.value().into(),
-                )?;
+                let pack = step0.idx().div(&s16(2)).add(&s16(pk as i64));
+                let v = self.load_scale_dword(&self.sfb, &self.sfb_layout, blk, pack)?;
+                k.set(&regs.scales[pk * pairs + q], v.value().into())?;
                 issued += 1;
             }
         }
         Ok(issued)
     }
 
-    /// Pairs of 16-row blocks whose scales share a dword (one entry per dword to load).
-    fn scale_pairs(&self, blocks: usize) -> Vec<usize> {
-        (0..blocks.div_ceil(2)).collect()
+    /// Scale dwords per K pack: one per pair of 16-row blocks.
+    fn scale_pairs(&self, blocks: usize) -> usize {
+        blocks.div_ceil(2)
     }
 
     /// The scale dword of the 32-row group holding 16-row block `blk` (either parity) for K pack
@@ -249,77 +253,77 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         Ok(Int::from_value(k, v.into_int_value()))
     }
 
-    /// Selects the scale of 16-row block `blk` at K step `kk` from its pair dword: the byte is
-    /// `mn_pack + 2 * k_pack`. When the block's parity is not known at generation time (BM or WN
-    /// of 16), the dword is shifted right by one byte for odd blocks so the byte index is static.
+    /// Selects a scale from its pack dword: byte `mn_pack + 2 * k_pack`. A parity not known at
+    /// generation time (16-row tiles, or the one-step tail) is applied by shifting the dword
+    /// right (8 bits per odd block, 16 per odd K step), so the byte index stays static.
     fn select(
         &self,
         dword: Int<'k, 'ctx>,
-        parity: Parity<'k, 'ctx>,
-        kk: i64,
+        mn: Parity<'k, 'ctx>,
+        kstep: Parity<'k, 'ctx>,
     ) -> ScaleSel<'k, 'ctx> {
-        match parity {
-            Parity::Static(p) => ScaleSel {
+        if let (Parity::Static(m), Parity::Static(s)) = (&mn, &kstep) {
+            return ScaleSel {
                 dword,
-                byte: (p + 2 * (kk % 2)) as u32,
-            },
-            Parity::Dynamic(dynamic) => {
-                let k = self.k();
-                let shift = (dynamic % 2) * 8;
-                let v = k
-                    .builder()
-                    .build_right_shift(dword.value(), shift.value(), false, "")
-                    .expect("builder positioned");
-                ScaleSel {
-                    dword: Int::from_value(k, v),
-                    byte: (2 * (kk % 2)) as u32,
-                }
-            }
+                byte: (m + 2 * s) as u32,
+            };
+        }
+        let k = self.k();
+        let bits = |p: Parity<'k, 'ctx>, per: i64| match p {
+            Parity::Static(v) => k.i32(v * per),
+            Parity::Dynamic(i) => (i % 2) * per,
+        };
+        let shift = bits(mn, 8) + bits(kstep, 16);
+        let v = k
+            .builder()
+            .build_right_shift(dword.value(), shift.value(), false, "")
+            .expect("builder positioned");
+        ScaleSel {
+            dword: Int::from_value(k, v),
+            byte: 0,
         }
     }
 
-    fn new_regs(&self, packs: i64) -> Result<BRegs<'ctx>> {
+    fn new_regs(&self, steps: i64) -> Result<BRegs<'ctx>> {
         let k = self.k();
         let ctx = k.context();
         let v4 = ctx.i32_type().vec_type(4);
-        let frags = (0..packs as usize * 2 * self.nn)
+        let frags = (0..steps as usize * self.nn)
             .map(|_| k.var(v4, v4.const_zero().into()))
             .collect::<Result<_>>()?;
-        let scales = (0..packs as usize * self.scale_pairs(self.nn).len())
+        let scales = (0..Self::packs_of(steps) * self.scale_pairs(self.nn))
             .map(|_| k.var(ctx.i32_type(), ctx.i32_type().const_zero().into()))
             .collect::<Result<_>>()?;
         Ok(BRegs { frags, scales })
     }
 
-    /// The MFMA chain of one stage: A fragments from `slot` (a `[BM, packs*128]` row-major
-    /// tile), B from `regs`, scales of A loaded here.
+    /// The MFMA chain of one stage: A fragments from `slot` (a `[BM, steps*64]` row-major
+    /// tile), B from `regs`, scales of A loaded here. `step0` is the stage's first K step.
     fn compute(
         &self,
         slot: usize,
         regs: &BRegs<'ctx>,
-        pack0: Int<'k, 'ctx>,
-        packs: i64,
+        step0: Int<'k, 'ctx>,
+        steps: i64,
     ) -> Result<()> {
         let k = self.k();
-        let row_bytes = packs * PACK_ELEMS / 2;
         let view = TileTensor::new(
             k,
             Storage::Lds(self.slots[slot]),
-            static_layout(&Layout::row_major((self.spec.bm as i64, row_bytes))),
+            static_layout(&Layout::row_major((
+                self.spec.bm as i64,
+                steps * STEP_BYTES,
+            ))),
         );
         let s = |v: i64| Idx::Static(v);
         // A scale dwords: one per 32-row pair of blocks and K pack.
         let a_pairs = self.scale_pairs(self.nm);
         let mut a_scales = Vec::new();
-        for pk in 0..packs {
-            for &q in &a_pairs {
+        for pk in 0..Self::packs_of(steps) {
+            for q in 0..a_pairs {
                 let blk = self.m_blk0.idx().add(&s(2 * q as i64));
-                a_scales.push(self.load_scale_dword(
-                    &self.sfa,
-                    &self.sfa_layout,
-                    blk,
-                    pack0.idx().add(&s(pk)),
-                )?);
+                let pack = step0.idx().div(&s(2)).add(&s(pk as i64));
+                a_scales.push(self.load_scale_dword(&self.sfa, &self.sfa_layout, blk, pack)?);
             }
         }
         let m_parity = |i: usize| {
@@ -336,23 +340,30 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 Parity::Dynamic(self.n_blk0 + j as i64)
             }
         };
+        // Stages of whole packs start on a pack boundary; a single step may be either half.
+        let k_parity = |kk: i64| {
+            if steps > 1 {
+                Parity::Static(kk % 2)
+            } else {
+                Parity::Dynamic(step0 + kk)
+            }
+        };
+        let b_pairs = self.scale_pairs(self.nn);
         let cluster = self.spec.mfma_cluster as usize;
         let mut in_cluster = 0usize;
         let bracket = self.spec.cluster_drain_sched;
-        for kk in 0..packs * 2 {
+        for kk in 0..steps {
             let a_frags: Vec<BasicValueEnum<'ctx>> = (0..self.nm)
                 .map(|i| self.mma.load_frag(&view, i as i64, kk, self.cx.lane))
                 .collect::<Result<_>>()?;
             let pk = (kk / 2) as usize;
             for i in 0..self.nm {
-                let a_dw = a_scales[pk * a_pairs.len() + i / 2];
-                let a_sel = self.select(a_dw, m_parity(i), kk);
+                let a_dw = a_scales[pk * a_pairs + i / 2];
+                let a_sel = self.select(a_dw, m_parity(i), k_parity(kk));
                 for j in 0..self.nn {
                     let b = k.get(&regs.frags[kk as usize * self.nn + j])?;
-                    let b_dw = k
-                        .get(&regs.scales[pk * self.scale_pairs(self.nn).len() + j / 2])?
-                        .into_int_value();
-                    let b_sel = self.select(Int::from_value(k, b_dw), n_parity(j), kk);
+                    let b_dw = k.get(&regs.scales[pk * b_pairs + j / 2])?.into_int_value();
+                    let b_sel = self.select(Int::from_value(k, b_dw), n_parity(j), k_parity(kk));
                     if bracket && in_cluster == 0 {
                         k.setprio(1)?;
                         k.sched_barrier(0)?;
@@ -391,33 +402,33 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
 
     fn main_loop(&self) -> Result<()> {
         let k = self.k();
-        let packs = self.spec.bk_elems as i64 / PACK_ELEMS;
+        let steps = self.spec.bk_elems as i64 / STEP_ELEMS;
         let tiles = self.tiles();
         let tile_kb = |t: Int<'k, 'ctx>| t * self.tile_bytes;
-        let tile_pack = |t: Int<'k, 'ctx>| t * packs;
+        let tile_step = |t: Int<'k, 'ctx>| t * steps;
         if !self.spec.b_prefetch {
-            let regs = self.new_regs(packs)?;
+            let regs = self.new_regs(steps)?;
             return k.for_range(k.i32(0), tiles, 1, |t| {
-                self.stage_a(0, tile_kb(t), packs)?;
-                self.load_b(&regs, tile_pack(t), packs)?;
+                self.stage_a(0, tile_kb(t), steps)?;
+                self.load_b(&regs, tile_step(t), steps)?;
                 k.barrier()?;
-                self.compute(0, &regs, tile_pack(t), packs)?;
+                self.compute(0, &regs, tile_step(t), steps)?;
                 k.barrier()
             });
         }
         // Depth-2 pipeline, unrolled by two so each half's register and LDS slot are static.
-        let regs = [self.new_regs(packs)?, self.new_regs(packs)?];
+        let regs = [self.new_regs(steps)?, self.new_regs(steps)?];
         let deep = self.spec.deep_prime;
         let zero = k.i32(0);
         let mut prologue_loads = 0;
         k.if_then(zero.lt(&tiles), || {
-            self.stage_a(0, zero, packs)?;
+            self.stage_a(0, zero, steps)?;
             if deep {
                 // Tile 1 into slot 1 (tile 0 again when there is only one: the 1-deep fallback).
                 let one = k.i32(1).min(&(tiles - 1));
-                self.stage_a(1, tile_kb(one), packs)?;
+                self.stage_a(1, tile_kb(one), steps)?;
             }
-            prologue_loads = self.load_b(&regs[0], zero, packs)?;
+            prologue_loads = self.load_b(&regs[0], zero, steps)?;
             Ok(())
         })?;
         self.stage_barrier(prologue_loads)?;
@@ -437,20 +448,20 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 let pending = if self.spec.dram_to_lds {
                     Vec::new()
                 } else {
-                    self.stage_a_issue(cur, tile_kb(a_tile), packs)?
+                    self.stage_a_issue(cur, tile_kb(a_tile), steps)?
                 };
-                let issued = self.load_b(&regs[nxt], tile_pack(b_tile), packs)?;
-                self.compute(cur, &regs[cur], tile_pack(t), packs)?;
+                let issued = self.load_b(&regs[nxt], tile_step(b_tile), steps)?;
+                self.compute(cur, &regs[cur], tile_step(t), steps)?;
                 self.stage_barrier(issued)?;
                 if self.spec.dram_to_lds {
-                    self.stage_a(cur, tile_kb(a_tile), packs)?;
+                    self.stage_a(cur, tile_kb(a_tile), steps)?;
                 } else {
                     gemm::commit_tile(&self.cx, &self.slots[cur], pending)?;
                 }
             } else {
-                let pending = self.stage_a_issue(nxt, tile_kb(b_tile), packs)?;
-                let issued = self.load_b(&regs[nxt], tile_pack(b_tile), packs)?;
-                self.compute(cur, &regs[cur], tile_pack(t), packs)?;
+                let pending = self.stage_a_issue(nxt, tile_kb(b_tile), steps)?;
+                let issued = self.load_b(&regs[nxt], tile_step(b_tile), steps)?;
+                self.compute(cur, &regs[cur], tile_step(t), steps)?;
                 gemm::commit_tile(&self.cx, &self.slots[nxt], pending)?;
                 self.stage_barrier(issued)?;
             }
@@ -463,19 +474,23 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         })
     }
 
-    /// The K packs past the last full tile (K is a multiple of 256, BK_ELEMS may be larger), one
-    /// pack per iteration through slot 0.
+    /// The K past the last full tile (K is a multiple of 256, BK_ELEMS may be larger), one MFMA
+    /// K step (128) per iteration through slot 0: the smallest body that covers every K.
     fn tail(&self) -> Result<()> {
+        if self.spec.bk_elems == 256 {
+            // K is a multiple of 256 (the launch contract): whole tiles cover it.
+            return Ok(());
+        }
         let k = self.k();
-        let packs_per_tile = self.spec.bk_elems as i64 / PACK_ELEMS;
-        let first = self.tiles() * packs_per_tile;
-        let total = self.cx.kdim / PACK_ELEMS;
+        let steps_per_tile = self.spec.bk_elems as i64 / STEP_ELEMS;
+        let first = self.tiles() * steps_per_tile;
+        let total = self.cx.kdim / STEP_ELEMS;
         let regs = self.new_regs(1)?;
-        k.for_range(first, total, 1, |p| {
-            self.stage_a(0, p * (PACK_ELEMS / 2), 1)?;
-            self.load_b(&regs, p, 1)?;
+        k.for_range(first, total, 1, |st| {
+            self.stage_a(0, st * STEP_BYTES, 1)?;
+            self.load_b(&regs, st, 1)?;
             k.barrier()?;
-            self.compute(0, &regs, p, 1)?;
+            self.compute(0, &regs, st, 1)?;
             k.barrier()
         })
     }
