@@ -242,18 +242,27 @@ fn setup_triton() -> Result<()> {
     Ok(())
 }
 
-/// Compiles the foreign MXFP4 GEMM corpus with Triton, once per version of the script.
+/// Compiles the foreign corpus with Triton: the MXFP4 GEMMs into `dir` and the kernel zoo
+/// (kernels with inputs and expected outputs) into `dir/zoo`, each once per version of its
+/// script.
 fn compile_foreign(py: &Path, dir: &Path) -> Result<()> {
-    let script = root().join("scripts/triton/mxfp4_gemm.py");
+    compile_corpus(py, "mxfp4_gemm.py", dir, "Triton MXFP4 corpus")?;
+    compile_corpus(py, "zoo.py", &dir.join("zoo"), "Triton kernel zoo")
+}
+
+/// Runs `scripts/triton/<script> out` unless `out/SCRIPT_HASH` says this version already did.
+fn compile_corpus(py: &Path, script: &str, out: &Path, what: &str) -> Result<()> {
+    let script = root().join("scripts/triton").join(script);
     let source = fs::read(&script).map_err(|e| format!("reading {}: {e}", script.display()))?;
     let stamp = format!("{:016x}\n", fnv1a(&source));
-    let stamp_file = dir.join("SCRIPT_HASH");
+    let stamp_file = out.join("SCRIPT_HASH");
     if fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str()) {
-        step("Triton corpus: up to date");
+        step(&format!("{what}: up to date"));
         return Ok(());
     }
-    step("compiling the Triton MXFP4 corpus for gfx950");
-    run(Command::new(py).arg(&script).arg(dir), "Triton corpus")?;
+    fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    step(&format!("compiling the {what} for gfx950"));
+    run(Command::new(py).arg(&script).arg(out), what)?;
     fs::write(&stamp_file, stamp).map_err(|e| e.to_string())
 }
 

@@ -1,13 +1,19 @@
 //! Test support: where the foreign code-object corpus lives and what to do when it is missing.
 //!
 //! `cargo xtask setup` compiles MXFP4 GEMM kernels with Triton (a compiler independent of this
-//! project) into `target/foreign/<config>/{kernel.hsaco, kernel.s, meta.json}` and writes
-//! `target/foreign/STATUS`: `ok`, or `unavailable: <reason>` when PyPI could not be reached.
-//! Tests that need the corpus skip loudly in the second case only; a missing corpus is a
-//! failure with the command that makes it.
+//! project) into `target/foreign/<config>/{kernel.hsaco, kernel.s, meta.json}`, the kernel zoo
+//! (`scripts/triton/zoo.py`: assorted kernels with inputs and expected outputs) into
+//! `target/foreign/zoo/<case>/`, and writes `target/foreign/STATUS`: `ok`, or
+//! `unavailable: <reason>` when PyPI could not be reached. Tests that need the corpus skip
+//! loudly in the second case only; a missing corpus is a failure with the command that makes
+//! it.
 #![deny(missing_docs)]
 
+mod zoo;
+
 use std::path::{Path, PathBuf};
+
+pub use zoo::{ZooArg, ZooCase, ZooDtype, ZooOut, zoo_cases, zoo_dir};
 
 /// One compiled foreign kernel.
 #[derive(Debug, Clone)]
@@ -83,25 +89,16 @@ pub fn foreign_dir() -> PathBuf {
 /// The foreign kernels, or `None` after printing a loud SKIP when setup recorded that PyPI was
 /// unreachable. Panics (fails the test) when the corpus was never made.
 pub fn foreign_kernels() -> Option<Vec<ForeignKernel>> {
-    let dir = foreign_dir();
-    let status = std::fs::read_to_string(dir.join("STATUS")).unwrap_or_default();
-    if let Some(reason) = status.trim().strip_prefix("unavailable:") {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: the Triton corpus is unavailable ({}) !!!!!!!!\n",
-            reason.trim()
-        );
+    if !corpus_available() {
         return None;
     }
-    assert!(
-        status.trim() == "ok",
-        "the foreign code-object corpus is missing at {}: run `cargo xtask setup`",
-        dir.display()
-    );
+    let dir = foreign_dir();
     let mut out = Vec::new();
     let entries =
         std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
     for entry in entries.flatten() {
         let d = entry.path();
+        // One level deep only: `zoo/` has no kernel.hsaco of its own, so the zoo is not here.
         let hsaco = d.join("kernel.hsaco");
         if !hsaco.exists() {
             continue;
@@ -123,4 +120,24 @@ pub fn foreign_kernels() -> Option<Vec<ForeignKernel>> {
         dir.display()
     );
     Some(out)
+}
+
+/// Whether setup made the corpus: false after printing a loud SKIP when it recorded that PyPI
+/// was unreachable; panics (fails the test) when setup never ran.
+fn corpus_available() -> bool {
+    let dir = foreign_dir();
+    let status = std::fs::read_to_string(dir.join("STATUS")).unwrap_or_default();
+    if let Some(reason) = status.trim().strip_prefix("unavailable:") {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: the Triton corpus is unavailable ({}) !!!!!!!!\n",
+            reason.trim()
+        );
+        return false;
+    }
+    assert!(
+        status.trim() == "ok",
+        "the foreign code-object corpus is missing at {}: run `cargo xtask setup`",
+        dir.display()
+    );
+    true
 }
