@@ -11,7 +11,7 @@ use inkwell::llvm_sys;
 use inkwell::module::Module;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue,
+    BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue,
 };
 use inkwell::{AddressSpace, IntPredicate};
 
@@ -408,27 +408,6 @@ impl<'ctx> Kernel<'ctx> {
         Ok(())
     }
 
-    /// `if cond { then() } else { otherwise() }`.
-    pub fn if_else(
-        &self,
-        cond: IntValue<'ctx>,
-        then: impl FnOnce() -> Result<()>,
-        otherwise: impl FnOnce() -> Result<()>,
-    ) -> Result<()> {
-        let a = self.ctx.append_basic_block(self.func, &self.fresh("then"));
-        let b = self.ctx.append_basic_block(self.func, &self.fresh("else"));
-        let join = self.ctx.append_basic_block(self.func, &self.fresh("endif"));
-        self.builder.build_conditional_branch(cond, a, b)?;
-        self.builder.position_at_end(a);
-        then()?;
-        self.builder.build_unconditional_branch(join)?;
-        self.builder.position_at_end(b);
-        otherwise()?;
-        self.builder.build_unconditional_branch(join)?;
-        self.builder.position_at_end(join);
-        Ok(())
-    }
-
     /// Finishes the body with `ret void`.
     pub fn finish(&self) -> Result<()> {
         self.builder.build_return(None)?;
@@ -447,11 +426,6 @@ impl<'ctx> Kernel<'ctx> {
         ty: T,
     ) -> Result<BasicValueEnum<'ctx>> {
         Ok(self.builder.build_bit_cast(v, ty, "")?)
-    }
-
-    /// The value as a `BasicValueEnum`.
-    pub fn basic(v: impl BasicValue<'ctx>) -> BasicValueEnum<'ctx> {
-        v.as_basic_value_enum()
     }
 }
 

@@ -227,6 +227,12 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
 
     /// Byte offsets (uniform, per-lane) of the element at `coord`.
     pub fn offsets(&self, coord: &Coord<Int<'k, 'ctx>>) -> Result<(Int<'k, 'ctx>, Int<'k, 'ctx>)> {
+        if let Storage::Regs(_) = self.storage {
+            return Err(DslError::Operand {
+                op: "offsets",
+                rule: "a register view has no byte offsets: load or store its elements".into(),
+            });
+        }
         let at = self.layout.crd2idx(coord).map_err(layout_err)?;
         let zero = self.k.i32(0);
         let lane = self.lane.add(&at).to_value(&zero);

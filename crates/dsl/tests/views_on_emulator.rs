@@ -72,6 +72,7 @@ fn tile_vectorize_distribute_give_the_mfma_lane_mapping() {
         Err(DslError::Operand { .. })
     ));
     assert!(regs.vectorize(&[1, 2]).is_err());
+    assert!(regs.offsets(&Coord::from((0, 0))).is_err());
     assert!(regs.distribute(&Layout::col_major((2, 2)), lane).is_err());
     k.finish().unwrap();
     let built = compile(&k, CompileOptions::default()).unwrap();

@@ -172,22 +172,23 @@ fn check_preb(spec: &KernelSpec) {
         );
     }
     if spec.deep_prime {
-        // Two A tiles are staged before the loop: twice the per-tile A loads precede it.
-        let loop_start = k.asm.find(body[0]).expect("loop in listing");
-        let prologue = &k.asm[..loop_start];
-        let a_per_tile = (spec.bm * spec.bk_elems / 2 / 1024) as usize;
-        let staged = prologue
-            .lines()
-            .filter(|l| l.contains("buffer_load_dwordx4") && l.trim_end().ends_with(" lds"))
-            .count();
-        let min = if spec.dram_to_lds {
-            2 * a_per_tile.div_ceil(spec.warps() as usize)
-        } else {
-            0
+        // The prologue stages a second A tile: the kernel holds exactly one more A staging
+        // (one wave's rounds of 16-byte moves into LDS) than the same spec without deep_prime.
+        let staging = |asm: &str| {
+            asm.lines()
+                .filter(|l| {
+                    let l = l.trim_end();
+                    (l.contains("buffer_load_dwordx4") && l.ends_with(" lds"))
+                        || l.contains("ds_write_b128")
+                })
+                .count()
         };
-        assert!(
-            staged >= min,
-            "{name}: {staged} A loads before the loop, want at least {min}"
+        let shallow = spec.clone().deep_prime(false).build().unwrap();
+        let rounds = (spec.bm * spec.bk_elems / 2 / 1024).div_ceil(spec.warps()) as usize;
+        assert_eq!(
+            staging(&k.asm),
+            staging(&shallow.asm) + rounds,
+            "{name}: A stagings"
         );
     }
 }
