@@ -2,7 +2,7 @@
 //! epilogue that stores accumulators to C.
 
 use inkwell::types::BasicTypeEnum;
-use tilegen_dsl::{Buffer, CachePolicy, Int, Kernel, Lds, Param, Result};
+use tilegen_dsl::{Buffer, CachePolicy, DslError, Int, Kernel, Lds, Param, Result};
 use tilegen_layout::{Coord, Idx, Layout};
 
 use crate::mma::BlockScaledMmaOp;
@@ -130,7 +130,18 @@ pub fn stage_tile<'k, 'ctx>(
 ) -> Result<PendingWrites<'k, 'ctx>> {
     let k = cx.k;
     let chunks_per_row = row_bytes / 16;
-    let instrs = rows * row_bytes / 1024;
+    // 16-byte chunks in row-major order, 64 per instruction. When whole rows fit an instruction
+    // (or whole instructions fit a row) the chunk coordinate splits into a wave-uniform part and
+    // a lane part; otherwise (a row of 24 chunks, say) each lane divides its flat chunk index.
+    let split =
+        (64 % chunks_per_row == 0 && rows % (64 / chunks_per_row) == 0) || chunks_per_row % 64 == 0;
+    if (rows * chunks_per_row) % 64 != 0 {
+        return Err(DslError::Operand {
+            op: "stage_tile",
+            rule: format!("a {rows} x {row_bytes} B tile is not a whole number of 1 KB wave loads"),
+        });
+    }
+    let instrs = rows * chunks_per_row / 64;
     let per_wave = (instrs + cx.warps - 1) / cx.warps;
     let local: Layout = Layout::row_major((rows, row_bytes));
     let lane = cx.lane.idx();
@@ -139,7 +150,13 @@ pub fn stage_tile<'k, 'ctx>(
         // Loads one round; returns the LDS write it still owes (none when direct).
         let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>)>> {
             // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
-            let (u, l) = if chunks_per_row <= 64 {
+            let (u, l) = if !split {
+                let c = i.mul(&Idx::Static(64)).add(&lane);
+                (
+                    (Idx::Static(0), Idx::Static(0)),
+                    (c.div(&Idx::Static(chunks_per_row)), c.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16))),
+                )
+            } else if chunks_per_row <= 64 {
                 let rpi = 64 / chunks_per_row;
                 (
                     (i.mul(&Idx::Static(rpi)), Idx::Static(0)),
@@ -158,7 +175,10 @@ pub fn stage_tile<'k, 'ctx>(
             let s_l = static_layout(&local).crd2idx(&Coord::from(l)).map_err(layout_err)?;
             let z = k.i32(0);
             if direct {
-                k.buffer_load_to_lds(src, lds, s_u.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
+                // The load writes lane l's chunk at base + 16 l: in a dense row-major tile that
+                // is chunk 64 i + l exactly when the chunk index is split per lane.
+                let base = if split { s_u } else { i.mul(&Idx::Static(1024)) };
+                k.buffer_load_to_lds(src, lds, base.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
                 Ok(None)
             } else {
                 let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;

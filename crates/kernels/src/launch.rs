@@ -1,13 +1,13 @@
 //! Running a compiled GEMM on a device: host-side input preparation (the preshuffles the
 //! variant expects), launch geometry, and the argument list.
 
-use tilegen_mx::{MxError, MxMatrix, Shuffler};
+use tilegen_mx::{Comparison, MxError, MxMatrix, Reference, Shuffler};
 use tilegen_runtime::{
     ArgValue, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
 };
 
 use crate::compiled::CompiledKernel;
-use crate::spec::Variant;
+use crate::spec::{OutDtype, Variant};
 
 /// Why a GEMM could not run.
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +162,26 @@ impl CompiledKernel {
     /// Bytes of C for an `m x n` output.
     pub fn c_bytes(&self, m: usize, n: usize) -> usize {
         m * n * self.spec.out_dtype.bytes() as usize
+    }
+
+    /// Compares C as this kernel writes it (bf16 or f32 bytes, per the spec) with the reference.
+    pub fn compare(&self, c: &[u8], reference: &Reference) -> Result<Comparison, MxError> {
+        match self.spec.out_dtype {
+            OutDtype::Bf16 => {
+                let got: Vec<half::bf16> = c
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                reference.compare_bf16(&got)
+            }
+            OutDtype::F32 => {
+                let got: Vec<f32> = c
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                reference.compare_f32(&got)
+            }
+        }
     }
 
     /// Loads the code object on `device`.

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use tilegen_dsl::target::{LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WORKGROUP_SIZE, WAVE_SIZE};
 use tilegen_dsl::{CachePolicy, MfmaShape};
 
 /// Which kernel family.
@@ -139,13 +140,18 @@ pub enum SpecError {
         /// Why.
         why: &'static str,
     },
-    /// BM of the preshuffled-B kernel.
+    /// BM or WN of the preshuffled-B kernel: its scale dwords pair 16-row (16-column) MFMA
+    /// tiles, so a wave's tiles must start on a pair unless it has only one.
     #[error(
-        "bm = {bm} must be 16 or a multiple of 32 (one scale dword covers a 32-row pair of MFMA tiles)"
+        "{name} = {value} must be 16 or a multiple of 32 (one scale dword covers a 32-{what} pair of MFMA tiles)"
     )]
-    BmRule {
+    PairRule {
+        /// `bm` or `wn`.
+        name: &'static str,
         /// Value.
-        bm: u32,
+        value: u32,
+        /// Rows or columns.
+        what: &'static str,
     },
     /// A flag that only exists on the other variant.
     #[error("{flag} applies to the {needs} variant only (this spec is {variant})")]
@@ -169,31 +175,33 @@ pub enum SpecError {
         /// Value.
         value: u32,
         /// MFMAs per tile and wave.
-        chain: u32,
+        chain: u64,
     },
     /// Too many threads per workgroup.
-    #[error("{warps} waves x 64 lanes = {threads} threads exceeds gfx950's 1024 per workgroup")]
+    #[error(
+        "{warps} waves x {WAVE_SIZE} lanes = {threads} threads exceeds gfx950's {MAX_WORKGROUP_SIZE} per workgroup"
+    )]
     TooManyThreads {
         /// Waves.
-        warps: u32,
+        warps: u64,
         /// Threads.
-        threads: u32,
+        threads: u64,
     },
     /// LDS over budget.
-    #[error("LDS budget exceeded: {bytes} bytes ({detail}) > 163840")]
+    #[error("LDS budget exceeded: {bytes} bytes ({detail}) > {LDS_BYTES}")]
     LdsBudget {
         /// Bytes needed.
-        bytes: u32,
+        bytes: u64,
         /// What they are for.
         detail: String,
     },
     /// Registers over budget.
     #[error(
-        "register budget exceeded: about {estimate} VGPRs+AGPRs per lane ({detail}) > 512; shrink the warp tile or drop b_prefetch"
+        "register budget exceeded: about {estimate} VGPRs+AGPRs per lane ({detail}) > {MAX_UNIFIED_VGPRS}; shrink the warp tile or drop b_prefetch"
     )]
     RegisterBudget {
         /// Estimated registers.
-        estimate: u32,
+        estimate: u64,
         /// Breakdown.
         detail: String,
     },
@@ -346,37 +354,54 @@ impl KernelSpec {
         }
     }
 
-    /// Waves per workgroup.
-    pub fn warps(&self) -> u32 {
-        (self.bm / self.warp_m().max(1)) * (self.bn / self.wn.max(1))
+    /// Waves per workgroup in u64: every size derived from the user's values is computed wide,
+    /// so a huge tile is refused by its rule instead of wrapping into a small, valid-looking one.
+    fn warps_wide(&self) -> u64 {
+        u64::from(self.bm / self.warp_m().max(1)) * u64::from(self.bn / self.wn.max(1))
     }
 
-    /// Work-items per workgroup.
+    /// Waves per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
+    pub fn warps(&self) -> u32 {
+        saturate(self.warps_wide())
+    }
+
+    /// Work-items per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
     pub fn threads(&self) -> u32 {
-        self.warps() * 64
+        saturate(self.warps_wide() * u64::from(WAVE_SIZE))
     }
 
     fn mma_mn(&self) -> u32 {
         self.mma.shape().mn()
     }
 
-    /// MFMAs per wave and K stage.
-    pub fn mfmas_per_stage(&self) -> u32 {
+    fn mfmas_per_stage_wide(&self) -> u64 {
         let s = self.mma.shape();
-        (self.warp_m() / s.mn()) * (self.wn / s.mn()) * (self.bk_elems / s.k())
+        u64::from(self.warp_m() / s.mn())
+            * u64::from(self.wn / s.mn())
+            * u64::from(self.bk_elems / s.k())
+    }
+
+    /// MFMAs per wave and K stage (saturating at `u32::MAX` for a spec `validate` refuses).
+    pub fn mfmas_per_stage(&self) -> u32 {
+        saturate(self.mfmas_per_stage_wide())
     }
 
     /// LDS bytes the kernel allocates.
-    pub fn lds_bytes(&self) -> u32 {
-        let a = self.bm * self.bk_elems / 2;
+    pub fn lds_bytes(&self) -> u64 {
+        let (bm, bn, bk) = (
+            u64::from(self.bm),
+            u64::from(self.bn),
+            u64::from(self.bk_elems),
+        );
+        let a = bm * bk / 2;
         match self.variant {
             Variant::Preb => {
                 let slots = if self.b_prefetch { 2 } else { 1 };
                 slots * a
             }
             Variant::Lds => {
-                let b = self.bn * self.bk_elems / 2;
-                let scales = (self.bm + self.bn) * self.bk_elems / 32;
+                let b = bn * bk / 2;
+                let scales = (bm + bn) * bk / 32;
                 a + b + scales
             }
         }
@@ -384,11 +409,14 @@ impl KernelSpec {
 
     /// Estimated VGPR+AGPR demand per lane: accumulators, operand fragments, scales and a
     /// margin for addresses. Used to refuse specs that cannot fit before compiling them.
-    pub fn register_estimate(&self) -> (u32, String) {
+    pub fn register_estimate(&self) -> (u64, String) {
         let s = self.mma.shape();
-        let (nm, nn) = (self.warp_m() / s.mn(), self.wn / s.mn());
-        let nk = self.bk_elems / s.k();
-        let acc = nm * nn * s.acc_dwords();
+        let (nm, nn) = (
+            u64::from(self.warp_m() / s.mn()),
+            u64::from(self.wn / s.mn()),
+        );
+        let nk = u64::from(self.bk_elems / s.k());
+        let acc = nm * nn * u64::from(s.acc_dwords());
         let (b, a) = match self.variant {
             Variant::Preb => {
                 let slots = if self.b_prefetch { 2 } else { 1 };
@@ -463,7 +491,18 @@ impl KernelSpec {
                     return Err(SpecError::PrebShape);
                 }
                 if self.bm != 16 && !self.bm.is_multiple_of(32) {
-                    return Err(SpecError::BmRule { bm: self.bm });
+                    return Err(SpecError::PairRule {
+                        name: "bm",
+                        value: self.bm,
+                        what: "row",
+                    });
+                }
+                if self.wn != 16 && !self.wn.is_multiple_of(32) {
+                    return Err(SpecError::PairRule {
+                        name: "wn",
+                        value: self.wn,
+                        what: "column",
+                    });
                 }
                 multiple(
                     "bk_elems",
@@ -487,20 +526,23 @@ impl KernelSpec {
                 )?;
             }
         }
-        let (warps, threads) = (self.warps(), self.threads());
-        if threads > 1024 {
+        let warps = self.warps_wide();
+        let threads = warps * u64::from(WAVE_SIZE);
+        if threads > u64::from(MAX_WORKGROUP_SIZE) {
             return Err(SpecError::TooManyThreads { warps, threads });
         }
-        let chain = self.mfmas_per_stage();
+        let chain = self.mfmas_per_stage_wide();
         // The cluster size only shapes the schedule with cluster_drain_sched.
-        if self.mfma_cluster == 0 || (self.cluster_drain_sched && self.mfma_cluster > chain) {
+        if self.mfma_cluster == 0
+            || (self.cluster_drain_sched && u64::from(self.mfma_cluster) > chain)
+        {
             return Err(SpecError::MfmaCluster {
                 value: self.mfma_cluster,
                 chain,
             });
         }
         let lds = self.lds_bytes();
-        if lds > 160 * 1024 {
+        if lds > u64::from(LDS_BYTES) {
             let detail = match self.variant {
                 Variant::Preb => format!(
                     "{} A slot(s) of {} x {} bytes",
@@ -519,7 +561,7 @@ impl KernelSpec {
             return Err(SpecError::LdsBudget { bytes: lds, detail });
         }
         let (estimate, detail) = self.register_estimate();
-        if estimate > 512 {
+        if estimate > u64::from(MAX_UNIFIED_VGPRS) {
             return Err(SpecError::RegisterBudget { estimate, detail });
         }
         if let Some(w) = self.waves_per_eu
@@ -593,6 +635,10 @@ impl KernelSpec {
     }
 }
 
+fn saturate(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,13 +653,22 @@ mod tests {
 
     #[test]
     fn every_rule_is_named() {
-        let e = KernelSpec::new().wn(48).validate().unwrap_err();
+        let e = KernelSpec::new().bn(96).validate().unwrap_err();
         assert!(
             matches!(e, SpecError::NotMultiple { name: "bn", .. }),
             "{e}"
         );
         let e = KernelSpec::new().bm(48).validate().unwrap_err();
-        assert_eq!(e, SpecError::BmRule { bm: 48 });
+        assert_eq!(
+            e,
+            SpecError::PairRule {
+                name: "bm",
+                value: 48,
+                what: "row"
+            }
+        );
+        let e = KernelSpec::new().bn(96).wn(48).validate().unwrap_err();
+        assert!(matches!(e, SpecError::PairRule { name: "wn", .. }), "{e}");
         let e = KernelSpec::new().bk_elems(384).validate().unwrap_err();
         assert!(
             matches!(

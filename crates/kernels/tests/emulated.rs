@@ -25,22 +25,7 @@ fn check(
         .run(dev, &inputs)
         .map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name))?;
     let reference = reference_gemm(&a, &b).unwrap();
-    let cmp = match k.spec.out_dtype {
-        OutDtype::Bf16 => {
-            let got: Vec<half::bf16> = c
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
-                .collect();
-            reference.compare_bf16(&got).unwrap()
-        }
-        OutDtype::F32 => {
-            let got: Vec<f32> = c
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            reference.compare_f32(&got).unwrap()
-        }
-    };
+    let cmp = k.compare(&c, &reference).unwrap();
     if cmp.passed() {
         Ok(())
     } else {
