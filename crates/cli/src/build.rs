@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use tilegen_output::Output;
 
 use crate::spec::SpecArgs;
 
@@ -23,15 +24,18 @@ pub struct BuildArgs {
 }
 
 pub fn run(args: BuildArgs) -> Result<()> {
-    let spec = args.spec.spec();
+    let spec = args.spec.spec()?;
+    // Both outputs are checked before compiling, and the listing is written first: a failure
+    // leaves no code object without its listing.
+    let output = Output::check(&args.output)?;
+    let asm = args.asm.as_ref().map(Output::check).transpose()?;
     let kernel = spec
         .build()
         .with_context(|| format!("building {}", spec.kernel_name()))?;
-    std::fs::write(&args.output, &kernel.code_object)
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    if let Some(p) = &args.asm {
-        std::fs::write(p, &kernel.asm).with_context(|| format!("writing {}", p.display()))?;
+    if let Some(asm) = &asm {
+        asm.write(kernel.asm.as_bytes())?;
     }
+    output.write(&kernel.code_object)?;
     if args.json {
         let v = serde_json::json!({
             "kernel": kernel.name,

@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tilegen::kernels::{GemmInputs, OutDtype};
+use tilegen::kernels::{GemmInputs, check_problem};
 use tilegen::mx::{MxMatrix, reference_gemm};
 use tilegen::runtime::EmuDevice;
+use tilegen_output::Output;
 
 use crate::spec::SpecArgs;
 
@@ -38,7 +39,16 @@ pub struct GemmArgs {
 }
 
 pub fn run(a: GemmArgs) -> Result<()> {
-    let spec = a.spec.spec();
+    let spec = a.spec.spec()?;
+    // Everything that can be refused is refused before inputs are made or LLVM runs.
+    spec.validate()
+        .with_context(|| format!("checking {}", spec.kernel_name()))?;
+    check_problem(a.m, a.n, a.k, spec.out_dtype.bytes() as usize)?;
+    check_memory(a.m, a.n, a.k, spec.out_dtype.bytes())?;
+    let outputs = match &a.emit_dir {
+        Some(dir) => Some(emit_outputs(dir)?),
+        None => None,
+    };
     let t = Instant::now();
     let kernel = spec
         .build()
@@ -55,22 +65,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .with_context(|| format!("running {}", kernel.name))?;
     let t = Instant::now();
     let reference = reference_gemm(&am, &bm).context("reference GEMM")?;
-    let cmp = match spec.out_dtype {
-        OutDtype::Bf16 => {
-            let got: Vec<half::bf16> = c
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
-                .collect();
-            reference.compare_bf16(&got)?
-        }
-        OutDtype::F32 => {
-            let got: Vec<f32> = c
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            reference.compare_f32(&got)?
-        }
-    };
+    let cmp = kernel.compare(&c, &reference)?;
     let ref_s = t.elapsed().as_secs_f64();
     let stats = report.stats.clone().unwrap_or_default();
     let flops = 2.0 * a.m as f64 * a.n as f64 * a.k as f64;
@@ -99,8 +94,8 @@ pub fn run(a: GemmArgs) -> Result<()> {
             "summary": cmp.to_string(),
         },
     });
-    if let Some(dir) = &a.emit_dir {
-        emit(dir, &kernel, &am, &bm, &c, &summary)?;
+    if let Some(outputs) = &outputs {
+        emit(outputs, &kernel, &am, &bm, &c, &summary)?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -129,34 +124,83 @@ pub fn run(a: GemmArgs) -> Result<()> {
     Ok(())
 }
 
+/// Files `--emit-dir` leaves, in the order they are written.
+const EMITTED: [&str; 9] = [
+    "kernel.hsaco",
+    "kernel.s",
+    "kernel.ll",
+    "a.bin",
+    "b.bin",
+    "sfa.bin",
+    "sfb.bin",
+    "c.bin",
+    "report.json",
+];
+
+/// Creates the directory and checks every file in it can be written, before the work.
+fn emit_outputs(dir: &Path) -> Result<Vec<Output>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    EMITTED
+        .iter()
+        .map(|name| Ok(Output::check(dir.join(name))?))
+        .collect()
+}
+
 fn emit(
-    dir: &Path,
+    outputs: &[Output],
     kernel: &tilegen::CompiledKernel,
     a: &MxMatrix,
     b: &MxMatrix,
     c: &[u8],
     summary: &serde_json::Value,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let files: [(&str, &[u8]); 9] = [
-        ("kernel.hsaco", &kernel.code_object),
-        ("kernel.s", kernel.asm.as_bytes()),
-        ("kernel.ll", kernel.ir.as_bytes()),
-        ("a.bin", a.data()),
-        ("b.bin", b.data()),
-        ("sfa.bin", a.scales()),
-        ("sfb.bin", b.scales()),
-        ("c.bin", c),
-        ("report.json", &[]),
+    let report = serde_json::to_vec_pretty(summary)?;
+    let files: [&[u8]; 9] = [
+        &kernel.code_object,
+        kernel.asm.as_bytes(),
+        kernel.ir.as_bytes(),
+        a.data(),
+        b.data(),
+        a.scales(),
+        b.scales(),
+        c,
+        &report,
     ];
-    for (name, bytes) in files {
-        let path = dir.join(name);
-        let bytes = if name == "report.json" {
-            serde_json::to_vec_pretty(summary)?
-        } else {
-            bytes.to_vec()
-        };
-        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    for (out, bytes) in outputs.iter().zip(files) {
+        out.write(bytes)?;
     }
     Ok(())
+}
+
+/// Refuses a problem whose host memory would not fit, before any of it is allocated.
+///
+/// The job holds, at its peak: A and B with their scales as generated, again as laid out for
+/// the kernel, and a third time in the emulator's device memory; B unpacked to one byte per
+/// element by the reference; C on the device, copied back and decoded (up to 4 bytes each);
+/// and the reference's two f32 matrices (values and magnitude sums).
+fn check_memory(m: usize, n: usize, k: usize, out_bytes: u32) -> Result<()> {
+    let (m, n, k, out) = (m as u128, n as u128, k as u128, u128::from(out_bytes));
+    let operands = (m + n) * (k / 2 + k / 32);
+    let need = 3 * operands + n * k + m * n * (2 * out + 4 + 8);
+    let available = u128::from(available_memory()?);
+    if need > available {
+        bail!(
+            "the problem needs about {:.1} GB of host memory (operands three times over, the \
+             reference's unpacked B and two f32 copies of C) but {:.1} GB are available",
+            need as f64 / 1e9,
+            available as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
+/// Memory the kernel reports available (`MemAvailable` of /proc/meminfo).
+fn available_memory() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|kb| kb.saturating_mul(1024))
+        .context("/proc/meminfo has no MemAvailable line")
 }

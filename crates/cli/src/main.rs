@@ -7,8 +7,11 @@ mod report;
 mod spec;
 mod weights;
 
+use std::process::ExitCode;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use tilegen_output::OutputError;
 
 #[derive(Parser)]
 #[command(
@@ -17,6 +20,10 @@ use clap::{Parser, Subcommand};
     about = "MXFP4 GEMM kernel generator for AMD gfx950 (MI355X)"
 )]
 struct Cli {
+    /// On failure print the error's full chain, with a backtrace (a user's mistake otherwise
+    /// prints the chain on one line, whatever RUST_BACKTRACE says).
+    #[arg(long, short, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -37,7 +44,7 @@ enum Command {
     Emu(emu::EmuCommand),
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away (`| head`)
     // instead of failing on the write.
     // SAFETY: resetting a signal disposition at startup, before any thread exists.
@@ -45,6 +52,35 @@ fn main() -> Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    let verbose = cli.verbose;
+    if verbose {
+        // SAFETY: set at startup, before any thread exists; makes anyhow capture backtraces.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "1") };
+    }
+    match tilegen_output::install_interrupt_handler()
+        .map_err(anyhow::Error::from)
+        .and_then(|()| dispatch(cli))
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // RUST_BACKTRACE is for bugs (panics); a refused input prints its reasons only.
+            let backtrace =
+                verbose || std::env::var_os("RUST_LIB_BACKTRACE").is_some_and(|v| v != "0");
+            if backtrace {
+                eprintln!("error: {e:?}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            let interrupted = e
+                .chain()
+                .any(|c| matches!(c.downcast_ref(), Some(OutputError::Interrupted)));
+            // 128 + SIGINT, as a shell reports a command stopped by Ctrl-C.
+            ExitCode::from(if interrupted { 130 } else { 1 })
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Gemm(args) => gemm::run(args),
         Command::Preshuffle(args) => weights::preshuffle(args),

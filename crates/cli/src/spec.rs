@@ -84,7 +84,12 @@ pub struct SpecArgs {
 }
 
 impl SpecArgs {
-    pub fn spec(&self) -> KernelSpec {
+    pub fn spec(&self) -> anyhow::Result<KernelSpec> {
+        if matches!(self.variant, VariantArg::Preb) && self.wm.is_some() {
+            anyhow::bail!(
+                "--wm applies to the lds variant only (each preb wave covers all BM rows)"
+            );
+        }
         let mut s = match self.variant {
             VariantArg::Preb => KernelSpec::new(),
             VariantArg::Lds => KernelSpec::lds(),
@@ -132,6 +137,6 @@ impl SpecArgs {
                 DtypeArg::F32 => OutDtype::F32,
             });
         debug_assert!(matches!(s.variant, Variant::Lds | Variant::Preb));
-        s
+        Ok(s)
     }
 }

@@ -1,4 +1,5 @@
-//! Test support: where the foreign code-object corpus lives and what to do when it is missing.
+//! Test support: where the foreign code-object corpus lives and what to do when it is missing;
+//! running the binary under a memory cap and a deadline.
 //!
 //! `cargo xtask setup` compiles MXFP4 GEMM kernels with Triton (a compiler independent of this
 //! project) into `target/foreign/<config>/{kernel.hsaco, kernel.s, meta.json}`, the kernel zoo
@@ -9,10 +10,12 @@
 //! it.
 #![deny(missing_docs)]
 
+mod child;
 mod zoo;
 
 use std::path::{Path, PathBuf};
 
+pub use child::{Ending, Outcome, run_capped};
 pub use zoo::{ZooArg, ZooCase, ZooDtype, ZooOut, zoo_cases, zoo_dir};
 
 /// One compiled foreign kernel.
