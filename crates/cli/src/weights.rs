@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tilegen::mx::weights::{self, PreshuffleOptions, Summary};
+use tilegen::mx::weights::{self, Plan, PreshuffleOptions, Summary};
 
 /// Arguments of `tilegen preshuffle`.
 #[derive(Args)]
@@ -39,12 +39,11 @@ pub struct UnshuffleArgs {
 
 pub fn preshuffle(args: PreshuffleArgs) -> Result<()> {
     let start = Instant::now();
-    let bar = progress_bar(&args.input, args.json)?;
     let options = PreshuffleOptions { pad_k: args.pad_k };
-    let summary =
-        weights::preshuffle_file(&args.input, &args.output, options, &|n| bar.set_position(n))
-            .with_context(|| format!("preshuffling {}", args.input.display()))?;
-    bar.finish_and_clear();
+    let context = || format!("preshuffling {}", args.input.display());
+    // Every check runs before the progress bar appears and the first byte is written.
+    let plan = Plan::preshuffle(&args.input, &args.output, options).with_context(context)?;
+    let summary = write(plan, args.json).with_context(context)?;
     report(
         "preshuffled",
         &args.input,
@@ -57,10 +56,9 @@ pub fn preshuffle(args: PreshuffleArgs) -> Result<()> {
 
 pub fn unshuffle(args: UnshuffleArgs) -> Result<()> {
     let start = Instant::now();
-    let bar = progress_bar(&args.input, args.json)?;
-    let summary = weights::unshuffle_file(&args.input, &args.output, &|n| bar.set_position(n))
-        .with_context(|| format!("unshuffling {}", args.input.display()))?;
-    bar.finish_and_clear();
+    let context = || format!("unshuffling {}", args.input.display());
+    let plan = Plan::unshuffle(&args.input, &args.output).with_context(context)?;
+    let summary = write(plan, args.json).with_context(context)?;
     report(
         "unshuffled",
         &args.input,
@@ -71,18 +69,23 @@ pub fn unshuffle(args: UnshuffleArgs) -> Result<()> {
     )
 }
 
-fn progress_bar(input: &Path, quiet: bool) -> Result<ProgressBar> {
-    if quiet {
-        return Ok(ProgressBar::hidden());
-    }
-    let total =
-        weights::planned_bytes(input).with_context(|| format!("reading {}", input.display()))?;
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+/// Runs a checked plan behind a progress bar of its output bytes (none with `--json`).
+fn write(plan: Plan, quiet: bool) -> Result<Summary, weights::WeightsError> {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(plan.bytes_out());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
             .expect("static template is valid"),
-    );
-    Ok(bar)
+        );
+        bar
+    };
+    let summary = plan.write(&|n| bar.set_position(n));
+    bar.finish_and_clear();
+    summary
 }
 
 fn report(
