@@ -123,6 +123,28 @@ fn lds_variant_shapes() {
     sweep(specs);
 }
 
+/// Tiles whose rows are not a power-of-two number of 16-byte chunks (a 384-byte row is 24): the
+/// staging once loaded only the rows whole 64-lane loads covered, so rows past 12 of 16 (or 48
+/// of 64) read stale LDS.
+#[test]
+fn rows_of_any_whole_chunk_count_are_staged() {
+    let mut specs = Vec::new();
+    for dram in [false, true] {
+        specs.push(KernelSpec::new().bk_elems(768).dram_to_lds(dram));
+        specs.push(
+            KernelSpec::new()
+                .bm(16)
+                .bn(32)
+                .wn(16)
+                .bk_elems(1280)
+                .b_prefetch(true)
+                .dram_to_lds(dram),
+        );
+        specs.push(KernelSpec::lds().bk_elems(384).dram_to_lds(dram));
+    }
+    sweep(specs);
+}
+
 #[test]
 fn spilling_kernel_runs_through_scratch() {
     // Demanding 8 waves per SIMD leaves 64 registers per lane: the default tile spills, and the
