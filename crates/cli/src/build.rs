@@ -24,7 +24,7 @@ pub struct BuildArgs {
 }
 
 pub fn run(args: BuildArgs) -> Result<()> {
-    let spec = args.spec.spec()?;
+    let spec = args.spec.spec();
     // Both outputs are checked before compiling, and the listing is written first: a failure
     // leaves no code object without its listing.
     let output = Output::check(&args.output)?;
@@ -33,16 +33,16 @@ pub fn run(args: BuildArgs) -> Result<()> {
         .build()
         .with_context(|| format!("building {}", spec.kernel_name()))?;
     if let Some(asm) = &asm {
-        asm.write(kernel.asm.as_bytes())?;
+        asm.write(kernel.asm().as_bytes())?;
     }
-    output.write(&kernel.code_object)?;
+    output.write(&kernel.code_object())?;
     if args.json {
         let v = serde_json::json!({
-            "kernel": kernel.name,
-            "spec": kernel.spec,
-            "cache_key": kernel.cache_key,
-            "report": kernel.report,
-            "compile_ms": kernel.timings.total().as_secs_f64() * 1e3,
+            "kernel": kernel.name(),
+            "spec": kernel.spec(),
+            "cache_key": kernel.cache_key(),
+            "report": kernel.report(),
+            "compile_ms": kernel.timings().total().as_secs_f64() * 1e3,
             "output": args.output,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -51,7 +51,7 @@ pub fn run(args: BuildArgs) -> Result<()> {
         println!(
             "wrote {} ({} bytes)",
             args.output.display(),
-            kernel.code_object.len()
+            kernel.code_object().len()
         );
     }
     Ok(())

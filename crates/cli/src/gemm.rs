@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tilegen::kernels::{GemmInputs, check_problem};
+use tilegen::kernels::check_problem;
 use tilegen::mx::{MxMatrix, reference_gemm};
 use tilegen::runtime::EmuDevice;
 use tilegen_output::Output;
@@ -39,7 +39,7 @@ pub struct GemmArgs {
 }
 
 pub fn run(a: GemmArgs) -> Result<()> {
-    let spec = a.spec.spec()?;
+    let spec = a.spec.spec();
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
@@ -57,31 +57,33 @@ pub fn run(a: GemmArgs) -> Result<()> {
     let am = MxMatrix::random(a.m, a.k, a.seed).context("making A")?;
     let bm = MxMatrix::random(a.n, a.k, a.seed ^ 0x9e37_79b9_7f4a_7c15).context("making B")?;
     let t = Instant::now();
-    let inputs = GemmInputs::new(spec.variant, &am, &bm).context("preparing inputs")?;
+    let inputs = kernel
+        .prepare_inputs(&am, &bm)
+        .context("preparing inputs")?;
     let prep_s = t.elapsed().as_secs_f64();
     let device = EmuDevice::new();
     let (c, report) = kernel
         .run(&device, &inputs)
-        .with_context(|| format!("running {}", kernel.name))?;
+        .with_context(|| format!("running {}", kernel.name()))?;
     let t = Instant::now();
     let reference = reference_gemm(&am, &bm).context("reference GEMM")?;
-    let cmp = kernel.compare(&c, &reference)?;
+    let cmp = c.compare(&reference)?;
     let ref_s = t.elapsed().as_secs_f64();
     let stats = report.stats.clone().unwrap_or_default();
     let flops = 2.0 * a.m as f64 * a.n as f64 * a.k as f64;
     let summary = serde_json::json!({
         "problem": {"m": a.m, "n": a.n, "k": a.k, "seed": a.seed},
-        "kernel": kernel.name,
-        "spec": kernel.spec,
-        "cache_key": kernel.cache_key,
+        "kernel": kernel.name(),
+        "spec": kernel.spec(),
+        "cache_key": kernel.cache_key(),
         "device": "gfx950 emulator",
         "grid": kernel.grid(a.m, a.n),
-        "block": kernel.spec.threads(),
-        "report": kernel.report,
-        "main_loop": tilegen::kernels::asm::LoopStats::from_asm(&kernel.asm),
+        "block": kernel.spec().threads(),
+        "report": kernel.report(),
+        "main_loop": tilegen::kernels::asm::LoopStats::from_asm(&kernel.asm()),
         "timings": {
             "build_ms": build_s * 1e3,
-            "compile_ms": kernel.timings.total().as_secs_f64() * 1e3,
+            "compile_ms": kernel.timings().total().as_secs_f64() * 1e3,
             "prepare_ms": prep_s * 1e3,
             "emulate_ms": report.wall.as_secs_f64() * 1e3,
             "reference_ms": ref_s * 1e3,
@@ -95,7 +97,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
         },
     });
     if let Some(outputs) = &outputs {
-        emit(outputs, &kernel, &am, &bm, &c, &summary)?;
+        emit(outputs, &kernel, &am, &bm, c.bytes(), &summary)?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -107,7 +109,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
             "  grid {}x{} workgroups of {} work-items; emulated in {:.3} s: {} wave-instructions, {} MFMAs ({:.1} GFLOP)",
             grid[0],
             grid[1],
-            kernel.spec.threads(),
+            kernel.spec().threads(),
             report.wall.as_secs_f64(),
             stats["wave_instructions"],
             stats["mfma"],
@@ -156,9 +158,9 @@ fn emit(
 ) -> Result<()> {
     let report = serde_json::to_vec_pretty(summary)?;
     let files: [&[u8]; 9] = [
-        &kernel.code_object,
-        kernel.asm.as_bytes(),
-        kernel.ir.as_bytes(),
+        &kernel.code_object(),
+        kernel.asm().as_bytes(),
+        kernel.ir().as_bytes(),
         a.data(),
         b.data(),
         a.scales(),

@@ -4,10 +4,10 @@ use tilegen::kernels::CompiledKernel;
 use tilegen::kernels::asm::LoopStats;
 
 pub fn print_report(k: &CompiledKernel) {
-    let r = &k.report;
-    let lp = LoopStats::from_asm(&k.asm);
-    println!("kernel {}", k.name);
-    println!("  cache key {}", k.cache_key);
+    let r = &k.report();
+    let lp = LoopStats::from_asm(&k.asm());
+    println!("kernel {}", k.name());
+    println!("  cache key {}", k.cache_key());
     println!(
         "  registers: {} VGPR, {} AGPR, {} SGPR; spills: {} VGPR, {} SGPR; scratch {} B",
         r.vgpr_count,
@@ -31,10 +31,10 @@ pub fn print_report(k: &CompiledKernel) {
             " (no loop: whole kernel)"
         }
     );
-    for d in &k.diagnostics {
+    for d in k.diagnostics() {
         println!("  LLVM {d}");
     }
-    let t = &k.timings;
+    let t = &k.timings();
     println!(
         "  compiled in {:.1} ms (verify {:.1}, O3 {:.1}, codegen {:.1}, link {:.2})",
         t.total().as_secs_f64() * 1e3,

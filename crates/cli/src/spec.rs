@@ -1,44 +1,15 @@
 //! Kernel-spec flags shared by `tilegen gemm` and `tilegen build`.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use tilegen::kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype, Variant};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum VariantArg {
-    /// A and B staged through LDS (MXFP4MatmulAMD).
-    Lds,
-    /// B preshuffled into VGPRs (MXFP4MatmulAMD_PreB).
-    Preb,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum DtypeArg {
-    Bf16,
-    F32,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum CacheArg {
-    Always,
-    Global,
-    Streaming,
-    Volatile,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum MmaArg {
-    #[value(name = "16x16x128")]
-    M16,
-    #[value(name = "32x32x64")]
-    M32,
-}
-
-/// Tile configuration; unset values take the variant's defaults.
+/// Tile configuration; unset values take the variant's defaults. Only the flags given reach the
+/// spec, so one the variant would ignore is refused by the spec's rules.
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
-    /// Kernel family.
-    #[arg(long, value_enum, default_value = "preb")]
-    pub variant: VariantArg,
+    /// Kernel family: lds (A and B staged through LDS) or preb (B preshuffled into VGPRs).
+    #[arg(long, value_enum, default_value_t = Variant::Preb)]
+    pub variant: Variant,
     /// Rows of C per workgroup.
     #[arg(long)]
     pub bm: Option<u32>,
@@ -54,89 +25,70 @@ pub struct SpecArgs {
     /// Columns per wave.
     #[arg(long)]
     pub wn: Option<u32>,
-    /// MFMA shape (lds variant).
+    /// MFMA shape.
     #[arg(long, value_enum)]
-    pub mma: Option<MmaArg>,
+    pub mma: Option<MmaShape>,
     /// Depth-2 outer-K pipeline with double B registers (preb).
     #[arg(long)]
     pub b_prefetch: bool,
     /// Cache policy of the B loads (preb).
     #[arg(long, value_enum)]
-    pub b_cache_policy: Option<CacheArg>,
+    pub b_cache_policy: Option<BCachePolicy>,
     /// Load A global -> LDS directly (`buffer_load ... lds`).
     #[arg(long)]
     pub dram_to_lds: bool,
     /// Per-cluster s_setprio brackets and a partial vmcnt staircase (preb, with --b-prefetch).
     #[arg(long)]
     pub cluster_drain_sched: bool,
-    /// MFMAs per cluster.
+    /// MFMAs per cluster (with --cluster-drain-sched).
     #[arg(long)]
     pub mfma_cluster: Option<u32>,
     /// Stage A two tiles ahead (preb, with --b-prefetch).
     #[arg(long)]
     pub deep_prime: bool,
     /// Element type of C.
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub out_dtype: DtypeArg,
+    #[arg(long, value_enum, default_value_t = OutDtype::Bf16)]
+    pub out_dtype: OutDtype,
     /// Occupancy target in waves per SIMD (1-8): caps registers, spilling past the cap.
     #[arg(long)]
     pub waves_per_eu: Option<u32>,
 }
 
 impl SpecArgs {
-    pub fn spec(&self) -> anyhow::Result<KernelSpec> {
-        if matches!(self.variant, VariantArg::Preb) && self.wm.is_some() {
-            anyhow::bail!(
-                "--wm applies to the lds variant only (each preb wave covers all BM rows)"
-            );
-        }
+    pub fn spec(&self) -> KernelSpec {
         let mut s = match self.variant {
-            VariantArg::Preb => KernelSpec::new(),
-            VariantArg::Lds => KernelSpec::lds(),
+            Variant::Preb => KernelSpec::preb(),
+            Variant::Lds => KernelSpec::lds(),
         };
-        if let Some(v) = self.bm {
-            s = s.bm(v);
-        }
-        if let Some(v) = self.bn {
-            s = s.bn(v);
-        }
-        if let Some(v) = self.bk_elems {
-            s = s.bk_elems(v);
-        }
-        if let Some(v) = self.wm {
-            s = s.wm(v);
-        }
-        if let Some(v) = self.wn {
-            s = s.wn(v);
-        }
+        let set = |s: KernelSpec, v: Option<u32>, f: fn(KernelSpec, u32) -> KernelSpec| match v {
+            Some(v) => f(s, v),
+            None => s,
+        };
+        s = set(s, self.bm, KernelSpec::bm);
+        s = set(s, self.bn, KernelSpec::bn);
+        s = set(s, self.bk_elems, KernelSpec::bk_elems);
+        s = set(s, self.wm, KernelSpec::wm);
+        s = set(s, self.wn, KernelSpec::wn);
+        s = set(s, self.mfma_cluster, KernelSpec::mfma_cluster);
         if let Some(v) = self.mma {
-            s = s.mma(match v {
-                MmaArg::M16 => MmaShape::M16N16K128,
-                MmaArg::M32 => MmaShape::M32N32K64,
-            });
+            s = s.mma(v);
         }
         if let Some(v) = self.b_cache_policy {
-            s = s.b_cache_policy(match v {
-                CacheArg::Always => BCachePolicy::Always,
-                CacheArg::Global => BCachePolicy::Global,
-                CacheArg::Streaming => BCachePolicy::Streaming,
-                CacheArg::Volatile => BCachePolicy::Volatile,
-            });
+            s = s.b_cache_policy(v);
         }
-        if let Some(v) = self.mfma_cluster {
-            s = s.mfma_cluster(v);
+        for (given, f) in [
+            (
+                self.b_prefetch,
+                KernelSpec::b_prefetch as fn(KernelSpec, bool) -> KernelSpec,
+            ),
+            (self.dram_to_lds, KernelSpec::dram_to_lds),
+            (self.cluster_drain_sched, KernelSpec::cluster_drain_sched),
+            (self.deep_prime, KernelSpec::deep_prime),
+        ] {
+            if given {
+                s = f(s, true);
+            }
         }
-        s = s
-            .b_prefetch(self.b_prefetch)
-            .dram_to_lds(self.dram_to_lds)
-            .cluster_drain_sched(self.cluster_drain_sched)
-            .deep_prime(self.deep_prime)
-            .waves_per_eu(self.waves_per_eu)
-            .out_dtype(match self.out_dtype {
-                DtypeArg::Bf16 => OutDtype::Bf16,
-                DtypeArg::F32 => OutDtype::F32,
-            });
-        debug_assert!(matches!(s.variant, Variant::Lds | Variant::Preb));
-        Ok(s)
+        s.waves_per_eu(self.waves_per_eu).out_dtype(self.out_dtype)
     }
 }

@@ -49,27 +49,66 @@ pub struct Kernarg {
     pub kind: String,
 }
 
-/// A spec compiled to a loadable gfx950 code object.
+/// A spec compiled to a loadable gfx950 code object. Read-only: what it holds was produced
+/// together and stays together.
 #[derive(Debug, Clone)]
 pub struct CompiledKernel {
-    /// The spec.
-    pub spec: KernelSpec,
+    pub(crate) spec: KernelSpec,
+    name: String,
+    code_object: Vec<u8>,
+    asm: String,
+    ir: String,
+    report: ResourceReport,
+    cache_key: String,
+    timings: Timings,
+    diagnostics: Vec<String>,
+}
+
+impl CompiledKernel {
+    /// The spec it was built from.
+    pub fn spec(&self) -> &KernelSpec {
+        &self.spec
+    }
+
     /// Kernel symbol name.
-    pub name: String,
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The code object (`.hsaco`).
-    pub code_object: Vec<u8>,
-    /// LLVM's assembly listing.
-    pub asm: String,
-    /// LLVM IR before optimisation.
-    pub ir: String,
+    pub fn code_object(&self) -> &[u8] {
+        &self.code_object
+    }
+
+    /// LLVM's assembly listing (empty when built without it).
+    pub fn asm(&self) -> &str {
+        &self.asm
+    }
+
+    /// LLVM IR before optimisation (empty when built without it).
+    pub fn ir(&self) -> &str {
+        &self.ir
+    }
+
     /// Resources read back from the code object.
-    pub report: ResourceReport,
+    pub fn report(&self) -> &ResourceReport {
+        &self.report
+    }
+
     /// Stable cache key of the spec.
-    pub cache_key: String,
+    pub fn cache_key(&self) -> &str {
+        &self.cache_key
+    }
+
     /// Compile stage times.
-    pub timings: Timings,
+    pub fn timings(&self) -> &Timings {
+        &self.timings
+    }
+
     /// Warnings LLVM reported while compiling (e.g. an occupancy target it could not meet).
-    pub diagnostics: Vec<String>,
+    pub fn diagnostics(&self) -> &[String] {
+        &self.diagnostics
+    }
 }
 
 impl KernelSpec {

@@ -24,6 +24,14 @@ pub enum LaunchError {
         /// The rule.
         rule: String,
     },
+    /// Inputs laid out for another variant.
+    #[error("the inputs are laid out for the {inputs} variant but the kernel is {kernel}")]
+    InputsFor {
+        /// The inputs' variant.
+        inputs: Variant,
+        /// The kernel's.
+        kernel: Variant,
+    },
     /// Preparing inputs failed.
     #[error("preparing inputs: {0}")]
     Inputs(#[from] MxError),
@@ -32,23 +40,107 @@ pub enum LaunchError {
     Runtime(#[from] RuntimeError),
 }
 
-/// A GEMM's inputs in the byte layouts the kernel reads.
+/// A GEMM's inputs in the byte layouts one kernel variant reads; made by
+/// [`CompiledKernel::prepare_inputs`], so they always match the kernel they run on.
 #[derive(Debug, Clone)]
 pub struct GemmInputs {
-    /// M, N, K.
-    pub m: usize,
-    /// N.
-    pub n: usize,
-    /// K.
-    pub k: usize,
+    variant: Variant,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Vec<u8>,
+    b: Vec<u8>,
+    sfa: Vec<u8>,
+    sfb: Vec<u8>,
+}
+
+impl GemmInputs {
+    /// M, N and K.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.m, self.n, self.k)
+    }
+
+    /// The variant whose layouts these are.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
     /// A, `[M, K/2]` row-major.
-    pub a: Vec<u8>,
+    pub fn a(&self) -> &[u8] {
+        &self.a
+    }
+
     /// B: `[N, K/2]` row-major (LDS variant) or the Shuffler's 5D layout (preb).
-    pub b: Vec<u8>,
-    /// A scales: `[M, K/32]` row-major, or the 4D layout over `scale_padded_mn(M)` rows.
-    pub sfa: Vec<u8>,
+    pub fn b(&self) -> &[u8] {
+        &self.b
+    }
+
+    /// A scales: `[M, K/32]` row-major, or the 4D layout over `scale_padded_mn(M)` rows (preb).
+    pub fn sfa(&self) -> &[u8] {
+        &self.sfa
+    }
+
     /// B scales, likewise over N.
-    pub sfb: Vec<u8>,
+    pub fn sfb(&self) -> &[u8] {
+        &self.sfb
+    }
+}
+
+/// C as a kernel wrote it: `[M, N]` row-major in the kernel's output type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmOutput {
+    m: usize,
+    n: usize,
+    dtype: OutDtype,
+    bytes: Vec<u8>,
+}
+
+impl GemmOutput {
+    /// M and N.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.m, self.n)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> OutDtype {
+        self.dtype
+    }
+
+    /// The raw little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Every element widened to f32 (exact for bf16).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self.dtype {
+            OutDtype::Bf16 => self
+                .bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            OutDtype::F32 => self
+                .bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+
+    /// Compares with the reference product, with the rounding of the output type.
+    pub fn compare(&self, reference: &Reference) -> Result<Comparison, MxError> {
+        match self.dtype {
+            OutDtype::Bf16 => {
+                let got: Vec<half::bf16> = self
+                    .bytes
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                reference.compare_bf16(&got)
+            }
+            OutDtype::F32 => reference.compare_f32(&self.to_f32()),
+        }
+    }
 }
 
 /// Checks `m x n x k` against what every GEMM kernel supports: M >= 1, N a multiple of 16, K a
@@ -84,7 +176,7 @@ pub fn check_problem(m: usize, n: usize, k: usize, out_bytes: usize) -> Result<(
 impl GemmInputs {
     /// Lays out `a` (`[M, K]`) and `b` (`[N, K]`) for `variant`: as they are for the LDS
     /// variant, preshuffled (B and both scale tensors) for preb.
-    pub fn new(variant: Variant, a: &MxMatrix, b: &MxMatrix) -> Result<Self, LaunchError> {
+    fn new(variant: Variant, a: &MxMatrix, b: &MxMatrix) -> Result<Self, LaunchError> {
         let (m, n, k) = (a.rows(), b.rows(), a.k());
         if b.k() != k {
             return Err(LaunchError::Shape {
@@ -114,6 +206,7 @@ impl GemmInputs {
             }
         };
         Ok(GemmInputs {
+            variant,
             m,
             n,
             k,
@@ -164,29 +257,14 @@ impl CompiledKernel {
         m * n * self.spec.out_dtype.bytes() as usize
     }
 
-    /// Compares C as this kernel writes it (bf16 or f32 bytes, per the spec) with the reference.
-    pub fn compare(&self, c: &[u8], reference: &Reference) -> Result<Comparison, MxError> {
-        match self.spec.out_dtype {
-            OutDtype::Bf16 => {
-                let got: Vec<half::bf16> = c
-                    .chunks_exact(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
-                    .collect();
-                reference.compare_bf16(&got)
-            }
-            OutDtype::F32 => {
-                let got: Vec<f32> = c
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                reference.compare_f32(&got)
-            }
-        }
+    /// Lays out `a` (`[M, K]`) and `b` (`[N, K]`) the way this kernel reads them.
+    pub fn prepare_inputs(&self, a: &MxMatrix, b: &MxMatrix) -> Result<GemmInputs, LaunchError> {
+        GemmInputs::new(self.spec.variant, a, b)
     }
 
     /// Loads the code object on `device`.
     pub fn load(&self, device: &dyn Device) -> Result<Module, LaunchError> {
-        Ok(device.load(&self.code_object)?)
+        Ok(device.load(self.code_object())?)
     }
 
     /// Launches on buffers already on the device.
@@ -213,19 +291,24 @@ impl CompiledKernel {
         Ok(tilegen_runtime::launch(
             device,
             module,
-            &self.name,
+            self.name(),
             &self.launch_config(m, n),
             &args,
         )?)
     }
 
-    /// Copies `inputs` to the device, runs, copies C back (raw bytes: bf16 or f32 per the spec)
-    /// and frees the buffers.
+    /// Copies `inputs` to the device, runs, copies C back and frees the buffers.
     pub fn run(
         &self,
         device: &dyn Device,
         inputs: &GemmInputs,
-    ) -> Result<(Vec<u8>, LaunchReport), LaunchError> {
+    ) -> Result<(GemmOutput, LaunchReport), LaunchError> {
+        if inputs.variant != self.spec.variant {
+            return Err(LaunchError::InputsFor {
+                inputs: inputs.variant,
+                kernel: self.spec.variant,
+            });
+        }
         let module = self.load(device)?;
         let c_len = self.c_bytes(inputs.m, inputs.n);
         let mut owned = Vec::new();
@@ -245,8 +328,14 @@ impl CompiledKernel {
         let result = self
             .launch(device, &module, &bufs, inputs.m, inputs.n, inputs.k)
             .and_then(|report| {
-                let mut c = vec![0u8; c_len];
-                device.copy_from_device(bufs.c, &mut c)?;
+                let mut bytes = vec![0u8; c_len];
+                device.copy_from_device(bufs.c, &mut bytes)?;
+                let c = GemmOutput {
+                    m: inputs.m,
+                    n: inputs.n,
+                    dtype: self.spec.out_dtype,
+                    bytes,
+                };
                 Ok((c, report))
             });
         for p in owned {

@@ -3,7 +3,7 @@
 //! ```no_run
 //! use tilegen_kernels::KernelSpec;
 //! let kernel = KernelSpec::new().b_prefetch(true).build()?;
-//! println!("{} VGPRs, {} bytes of LDS", kernel.report.vgpr_count, kernel.report.lds_bytes);
+//! println!("{} VGPRs, {} bytes of LDS", kernel.report().vgpr_count, kernel.report().lds_bytes);
 //! # Ok::<(), tilegen_kernels::SpecError>(())
 //! ```
 #![deny(missing_docs)]
@@ -18,5 +18,5 @@ mod preb;
 mod spec;
 
 pub use compiled::{CompiledKernel, Kernarg, ResourceReport, occupancy};
-pub use launch::{GemmBuffers, GemmInputs, LaunchError, check_problem};
-pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, Variant};
+pub use launch::{GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem};
+pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, SpecValues, Variant};

@@ -8,6 +8,7 @@ use tilegen_dsl::{CachePolicy, MfmaShape};
 
 /// Which kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
     /// `MXFP4MatmulAMD`: A and B staged through LDS, row-major inputs and scales.
@@ -28,6 +29,7 @@ impl fmt::Display for Variant {
 
 /// Element type of C.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum OutDtype {
     /// bfloat16 (round to nearest even).
@@ -57,6 +59,7 @@ impl fmt::Display for OutDtype {
 
 /// Cache policy of the B loads (`b_cache_policy`), serialisable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BCachePolicy {
     /// Cache at all levels.
@@ -84,12 +87,15 @@ impl BCachePolicy {
 
 /// The MFMA instruction shape a spec computes with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MmaShape {
     /// `v_mfma_scale_f32_16x16x128_f8f6f4`.
     #[serde(rename = "16x16x128")]
+    #[cfg_attr(feature = "clap", value(name = "16x16x128"))]
     M16N16K128,
     /// `v_mfma_scale_f32_32x32x64_f8f6f4`.
     #[serde(rename = "32x32x64")]
+    #[cfg_attr(feature = "clap", value(name = "32x32x64"))]
     M32N32K64,
 }
 
@@ -212,6 +218,14 @@ pub enum SpecError {
         /// What failed.
         message: String,
     },
+    /// A setting the spec's variant or flags would ignore.
+    #[error("{setter} would be ignored: {why}")]
+    Ignored {
+        /// The setter.
+        setter: &'static str,
+        /// Why the kernel does not use it.
+        why: &'static str,
+    },
     /// The MFMA shape of the preshuffled layout is fixed.
     #[error(
         "the preb variant computes with 16x16x128 MFMAs (its preshuffled B layout is built for them)"
@@ -219,12 +233,11 @@ pub enum SpecError {
     PrebShape,
 }
 
-/// A GEMM kernel configuration: `C[M, N] = A[M, K] * B[N, K]^T` in MXFP4 with E8M0 block
-/// scales. Build with [`KernelSpec::new`] (the preshuffled-B kernel with the seed's defaults)
-/// or [`KernelSpec::lds`] (the LDS-staged kernel), adjust with the setters, then
-/// [`KernelSpec::build`].
+/// The values of a [`KernelSpec`], read through it (`spec.bm`). They change only through the
+/// spec's setters, which also record what was set, so that a setting the variant would ignore
+/// is refused instead of silently dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct KernelSpec {
+pub struct SpecValues {
     /// Kernel family.
     pub variant: Variant,
     /// Rows of C per workgroup.
@@ -258,9 +271,62 @@ pub struct KernelSpec {
     pub waves_per_eu: Option<u32>,
 }
 
+/// Setters that a variant may ignore, recorded when called.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+struct Explicit(u8);
+
+impl Explicit {
+    const WM: u8 = 1;
+    const MMA: u8 = 1 << 1;
+    const B_PREFETCH: u8 = 1 << 2;
+    const B_CACHE_POLICY: u8 = 1 << 3;
+    const CLUSTER_DRAIN_SCHED: u8 = 1 << 4;
+    const DEEP_PRIME: u8 = 1 << 5;
+    const MFMA_CLUSTER: u8 = 1 << 6;
+
+    fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+/// A GEMM kernel configuration: `C[M, N] = A[M, K] * B[N, K]^T` in MXFP4 with E8M0 block
+/// scales. Start from [`KernelSpec::preb`] (the preshuffled-B kernel with the seed's defaults;
+/// [`KernelSpec::new`] is the same) or [`KernelSpec::lds`] (the LDS-staged kernel), adjust with
+/// the setters, then [`KernelSpec::build`]. Values are read through `Deref` (`spec.bm`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "SpecValues", into = "SpecValues")]
+pub struct KernelSpec {
+    values: SpecValues,
+    explicit: Explicit,
+}
+
+impl From<SpecValues> for KernelSpec {
+    /// A spec read back (from a tuning database, say): nothing counts as explicitly set, and
+    /// `validate` still checks every value.
+    fn from(values: SpecValues) -> Self {
+        KernelSpec {
+            values,
+            explicit: Explicit::default(),
+        }
+    }
+}
+
+impl From<KernelSpec> for SpecValues {
+    fn from(spec: KernelSpec) -> Self {
+        spec.values
+    }
+}
+
+impl std::ops::Deref for KernelSpec {
+    type Target = SpecValues;
+    fn deref(&self) -> &SpecValues {
+        &self.values
+    }
+}
+
 impl Default for KernelSpec {
     fn default() -> Self {
-        KernelSpec::new()
+        KernelSpec::preb()
     }
 }
 
@@ -268,17 +334,30 @@ macro_rules! setter {
     ($name:ident, $t:ty, $doc:literal) => {
         #[doc = $doc]
         pub fn $name(mut self, v: $t) -> Self {
-            self.$name = v;
+            self.values.$name = v;
+            self
+        }
+    };
+    ($name:ident, $t:ty, $bit:expr, $doc:literal) => {
+        #[doc = $doc]
+        pub fn $name(mut self, v: $t) -> Self {
+            self.values.$name = v;
+            self.explicit.0 |= $bit;
             self
         }
     };
 }
 
 impl KernelSpec {
+    /// The preshuffled-B kernel with the seed's defaults (the same as [`KernelSpec::preb`]).
+    pub fn new() -> Self {
+        KernelSpec::preb()
+    }
+
     /// The preshuffled-B kernel with the seed's defaults: BM=64, BN=128, BK_ELEMS=512, WN=64,
     /// every flag off, `mfma_cluster` 4, bf16 output.
-    pub fn new() -> Self {
-        KernelSpec {
+    pub fn preb() -> Self {
+        SpecValues {
             variant: Variant::Preb,
             bm: 64,
             bn: 128,
@@ -295,46 +374,65 @@ impl KernelSpec {
             deep_prime: false,
             waves_per_eu: None,
         }
+        .into()
     }
 
     /// The LDS-staged kernel with its defaults: BM=BN=128, BK_ELEMS=128, WM=WN=64.
     pub fn lds() -> Self {
-        KernelSpec {
+        SpecValues {
             variant: Variant::Lds,
             bm: 128,
             bn: 128,
             bk_elems: 128,
             wm: 64,
             wn: 64,
-            ..KernelSpec::new()
+            ..KernelSpec::preb().values
         }
+        .into()
     }
 
-    setter!(
-        variant,
-        Variant,
-        "Kernel family (the seed defaults of the other family are not applied)."
-    );
+    /// The values only.
+    pub fn values(&self) -> &SpecValues {
+        &self.values
+    }
+
     setter!(bm, u32, "Rows of C per workgroup.");
     setter!(bn, u32, "Columns of C per workgroup.");
     setter!(bk_elems, u32, "K elements per stage.");
-    setter!(wm, u32, "Rows per wave (LDS variant).");
+    setter!(
+        wm,
+        u32,
+        Explicit::WM,
+        "Rows per wave (LDS variant; preb waves cover all BM rows)."
+    );
     setter!(wn, u32, "Columns per wave.");
-    setter!(mma, MmaShape, "MFMA shape (LDS variant).");
+    setter!(mma, MmaShape, Explicit::MMA, "MFMA shape.");
     setter!(out_dtype, OutDtype, "Output element type.");
-    setter!(b_prefetch, bool, "Depth-2 outer-K pipeline (preb).");
+    setter!(
+        b_prefetch,
+        bool,
+        Explicit::B_PREFETCH,
+        "Depth-2 outer-K pipeline (preb)."
+    );
     setter!(
         b_cache_policy,
         BCachePolicy,
+        Explicit::B_CACHE_POLICY,
         "Cache policy of the B loads (preb)."
     );
     setter!(dram_to_lds, bool, "Direct global-to-LDS loads of A.");
     setter!(
         cluster_drain_sched,
         bool,
+        Explicit::CLUSTER_DRAIN_SCHED,
         "Per-cluster priority brackets and vmcnt staircase (preb, b_prefetch)."
     );
-    setter!(mfma_cluster, u32, "MFMAs per cluster.");
+    setter!(
+        mfma_cluster,
+        u32,
+        Explicit::MFMA_CLUSTER,
+        "MFMAs per cluster (shapes the schedule with cluster_drain_sched only)."
+    );
     setter!(
         waves_per_eu,
         Option<u32>,
@@ -343,6 +441,7 @@ impl KernelSpec {
     setter!(
         deep_prime,
         bool,
+        Explicit::DEEP_PRIME,
         "Stage A two tiles ahead (preb, b_prefetch)."
     );
 
@@ -467,13 +566,30 @@ impl KernelSpec {
                 Ok(())
             }
         };
-        preb_only("b_prefetch", self.b_prefetch)?;
+        // Set explicitly, or (for a spec read back) set to something other than the default.
+        let x = self.explicit;
+        preb_only("b_prefetch", self.b_prefetch || x.has(Explicit::B_PREFETCH))?;
         preb_only(
             "b_cache_policy",
-            self.b_cache_policy != BCachePolicy::Always,
+            self.b_cache_policy != BCachePolicy::Always || x.has(Explicit::B_CACHE_POLICY),
         )?;
-        preb_only("cluster_drain_sched", self.cluster_drain_sched)?;
-        preb_only("deep_prime", self.deep_prime)?;
+        preb_only(
+            "cluster_drain_sched",
+            self.cluster_drain_sched || x.has(Explicit::CLUSTER_DRAIN_SCHED),
+        )?;
+        preb_only("deep_prime", self.deep_prime || x.has(Explicit::DEEP_PRIME))?;
+        if self.variant == Variant::Preb && x.has(Explicit::WM) && self.wm != self.bm {
+            return Err(SpecError::Ignored {
+                setter: "wm",
+                why: "each preb wave covers all BM rows",
+            });
+        }
+        if x.has(Explicit::MFMA_CLUSTER) && !self.cluster_drain_sched {
+            return Err(SpecError::Ignored {
+                setter: "mfma_cluster",
+                why: "the cluster size shapes the schedule only with cluster_drain_sched",
+            });
+        }
         if !self.b_prefetch {
             if self.cluster_drain_sched {
                 return Err(SpecError::NeedsPrefetch {
@@ -615,13 +731,27 @@ impl KernelSpec {
         s
     }
 
-    /// A stable key for caches: the same spec, crate version and LLVM major version give the
-    /// same key on every machine and run.
+    /// The values that change the generated code: what a variant ignores is set to what it
+    /// uses (preb waves cover BM rows with 16x16x128 MFMAs; the cluster size matters only with
+    /// cluster_drain_sched).
+    fn canonical(&self) -> SpecValues {
+        let mut v = self.values.clone();
+        if v.variant == Variant::Preb {
+            v.wm = v.bm;
+        }
+        if !v.cluster_drain_sched {
+            v.mfma_cluster = KernelSpec::preb().mfma_cluster;
+        }
+        v
+    }
+
+    /// A stable key for caches: specs that generate the same code, with the same crate version
+    /// and LLVM major version, give the same key on every machine and run.
     pub fn cache_key(&self) -> String {
         let canonical = format!(
             "tilegen-kernels {} llvm22 {}",
             env!("CARGO_PKG_VERSION"),
-            serde_json::to_string(self).unwrap_or_else(|_| self.kernel_name())
+            serde_json::to_string(&self.canonical()).unwrap_or_else(|_| self.kernel_name())
         );
         // FNV-1a, 128 bits (two 64-bit lanes): stable across platforms and Rust versions, unlike
         // `std::hash`.
@@ -701,7 +831,12 @@ mod tests {
                 ..
             }
         ));
-        let e = KernelSpec::new().mfma_cluster(0).validate().unwrap_err();
+        let e = KernelSpec::new()
+            .b_prefetch(true)
+            .cluster_drain_sched(true)
+            .mfma_cluster(0)
+            .validate()
+            .unwrap_err();
         assert!(matches!(e, SpecError::MfmaCluster { .. }));
         let e = KernelSpec::new()
             .bm(256)
@@ -752,15 +887,15 @@ mod tests {
     fn report_reads_back_the_kernarg_layout() {
         let k = KernelSpec::new().build().unwrap();
         let names: Vec<_> = k
-            .report
+            .report()
             .kernargs
             .iter()
             .filter_map(|a| a.name.clone())
             .collect();
         assert_eq!(names, ["c", "a", "b", "sfa", "sfb", "m", "n", "k"]);
-        let offsets: Vec<_> = k.report.kernargs.iter().map(|a| a.offset).collect();
+        let offsets: Vec<_> = k.report().kernargs.iter().map(|a| a.offset).collect();
         assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 44, 48]);
-        assert_eq!(k.report.kernarg_bytes, 52);
+        assert_eq!(k.report().kernarg_bytes, 52);
     }
 
     #[test]

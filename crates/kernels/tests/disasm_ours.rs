@@ -34,8 +34,8 @@ fn our_kernels_disassemble_like_objdump() {
     let dir = tempfile::tempdir().unwrap();
     for spec in specs {
         let k = spec.build().unwrap();
-        let co = CodeObject::parse(&k.code_object).unwrap();
-        let kern = co.kernel(&k.name).unwrap();
+        let co = CodeObject::parse(&k.code_object()).unwrap();
+        let kern = co.kernel(&k.name()).unwrap();
         let (base, text) = &co.text;
         let start = (kern.entry - base) as usize;
         let code = &text[start..start + kern.code_size as usize];
@@ -44,8 +44,8 @@ fn our_kernels_disassemble_like_objdump() {
             .into_iter()
             .map(|(_, i)| i.to_string())
             .collect();
-        let path = dir.path().join(format!("{}.hsaco", k.name));
-        std::fs::write(&path, &k.code_object).unwrap();
+        let path = dir.path().join(format!("{}.hsaco", k.name()));
+        std::fs::write(&path, &k.code_object()).unwrap();
         let out = Command::new("llvm-objdump-22")
             .args(["-d", "--mcpu=gfx950"])
             .arg(&path)
@@ -57,9 +57,9 @@ fn our_kernels_disassemble_like_objdump() {
             .map(|l| l.split("//").next().unwrap_or("").trim().to_string())
             .take(ours.len())
             .collect();
-        assert_eq!(ours.len(), theirs.len(), "{}", k.name);
+        assert_eq!(ours.len(), theirs.len(), "{}", k.name());
         for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-            assert_eq!(a, b, "{} instruction {i}", k.name);
+            assert_eq!(a, b, "{} instruction {i}", k.name());
         }
     }
 }

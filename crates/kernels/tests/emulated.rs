@@ -4,7 +4,7 @@
 //! and a K tail past the last full tile, one with K = 7168.
 
 use rayon::prelude::*;
-use tilegen_kernels::{CompiledKernel, GemmInputs, KernelSpec, MmaShape, OutDtype};
+use tilegen_kernels::{CompiledKernel, KernelSpec, MmaShape, OutDtype};
 use tilegen_mx::{MxMatrix, reference_gemm};
 use tilegen_runtime::EmuDevice;
 
@@ -20,16 +20,16 @@ fn check(
 ) -> Result<(), String> {
     let a = MxMatrix::random(m, kd, seed).unwrap();
     let b = MxMatrix::random(n, kd, seed ^ 0xb).unwrap();
-    let inputs = GemmInputs::new(k.spec.variant, &a, &b).unwrap();
+    let inputs = k.prepare_inputs(&a, &b).unwrap();
     let (c, _report) = k
         .run(dev, &inputs)
-        .map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name))?;
+        .map_err(|e| format!("{} {m}x{n}x{kd}: {e}", k.name()))?;
     let reference = reference_gemm(&a, &b).unwrap();
-    let cmp = k.compare(&c, &reference).unwrap();
+    let cmp = c.compare(&reference).unwrap();
     if cmp.passed() {
         Ok(())
     } else {
-        Err(format!("{} {m}x{n}x{kd}: {cmp}", k.name))
+        Err(format!("{} {m}x{n}x{kd}: {cmp}", k.name()))
     }
 }
 
@@ -76,13 +76,17 @@ fn preb_every_flag_combination() {
                         }
                         let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
                         let chain = base.mfmas_per_stage();
-                        specs.push(
-                            base.b_prefetch(prefetch)
-                                .dram_to_lds(dram)
-                                .cluster_drain_sched(cds)
-                                .deep_prime(deep)
-                                .mfma_cluster(chain.min(3)),
-                        );
+                        let spec = base
+                            .b_prefetch(prefetch)
+                            .dram_to_lds(dram)
+                            .cluster_drain_sched(cds)
+                            .deep_prime(deep);
+                        // The cluster size is a cluster_drain_sched setting.
+                        specs.push(if cds {
+                            spec.mfma_cluster(chain.min(3))
+                        } else {
+                            spec
+                        });
                     }
                 }
             }
@@ -152,9 +156,9 @@ fn spilling_kernel_runs_through_scratch() {
     let spec = KernelSpec::new().waves_per_eu(Some(8));
     let k = spec.build().unwrap();
     assert!(
-        k.report.vgpr_spill_count > 0 && k.report.private_bytes > 0,
+        k.report().vgpr_spill_count > 0 && k.report().private_bytes > 0,
         "{:?}",
-        k.report
+        k.report()
     );
     let dev = EmuDevice::new();
     for (m, n, kd) in [(64, 128, 512), (17, 144, 768)] {

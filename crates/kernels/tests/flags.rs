@@ -2,7 +2,7 @@
 //! its listing shows what the flag promises.
 
 use tilegen_kernels::asm::LoopStats;
-use tilegen_kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype};
+use tilegen_kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError};
 
 /// (bm, bn, bk_elems, wn): the seed default, a square tile with 32-wide waves, and the smallest
 /// (BM = 16 and WN = 16 exercise the run-time scale-byte selection).
@@ -54,10 +54,13 @@ fn preb_flag_combinations() {
                             .cluster_drain_sched(cds)
                             .deep_prime(deep)
                             .b_cache_policy(policy);
-                        // Clusters of 4 MFMAs (the default), or 2 where a tile has fewer.
-                        let spec = spec
-                            .clone()
-                            .mfma_cluster(spec.mfmas_per_stage().clamp(1, 4));
+                        // Clusters of 4 MFMAs (the default), or fewer where a tile has fewer.
+                        let spec = if cds {
+                            spec.clone()
+                                .mfma_cluster(spec.mfmas_per_stage().clamp(1, 4))
+                        } else {
+                            spec
+                        };
                         check_preb(&spec);
                     }
                 }
@@ -69,13 +72,13 @@ fn preb_flag_combinations() {
 fn check_preb(spec: &KernelSpec) {
     let name = spec.kernel_name();
     let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
-    let r = &k.report;
+    let r = &k.report();
     assert_eq!(
         (r.vgpr_spill_count, r.sgpr_spill_count, r.private_bytes),
         (0, 0, 0),
         "{name} spills"
     );
-    let body = main_loop(&k.asm);
+    let body = main_loop(&k.asm());
     let mfmas = body
         .iter()
         .filter(|l| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4"))
@@ -90,12 +93,12 @@ fn check_preb(spec: &KernelSpec) {
     // dram_to_lds: A moves with `buffer_load_dwordx4 ... lds`; otherwise through VGPRs and
     // ds_write (anywhere in the kernel: rounds only some waves take are placed out of line).
     let lds_loads = k
-        .asm
+        .asm()
         .lines()
         .filter(|l| l.contains("buffer_load_dwordx4") && l.trim_end().ends_with(" lds"))
         .count();
     let ds_writes = k
-        .asm
+        .asm()
         .lines()
         .filter(|l| l.contains("ds_write_b128"))
         .count();
@@ -186,28 +189,88 @@ fn check_preb(spec: &KernelSpec) {
         let shallow = spec.clone().deep_prime(false).build().unwrap();
         let rounds = (spec.bm * spec.bk_elems / 2 / 1024).div_ceil(spec.warps()) as usize;
         assert_eq!(
-            staging(&k.asm),
-            staging(&shallow.asm) + rounds,
+            staging(&k.asm()),
+            staging(&shallow.asm()) + rounds,
             "{name}: A stagings"
         );
     }
 }
 
 #[test]
-fn flags_off_build_identically() {
-    // Every flag off is the plain kernel, bit for bit, however the spec was assembled.
-    let plain = KernelSpec::new().build().unwrap();
-    let toggled = KernelSpec::new()
-        .b_prefetch(true)
-        .b_prefetch(false)
-        .mfma_cluster(4)
-        .build()
-        .unwrap();
-    assert_eq!(plain.code_object, toggled.code_object);
-    assert_eq!(plain.cache_key, toggled.cache_key);
-    // mfma_cluster only matters with cluster_drain_sched.
-    let other_cluster = KernelSpec::new().mfma_cluster(2).build().unwrap();
-    assert_eq!(plain.code_object, other_cluster.code_object);
+fn every_setting_that_changes_the_code_changes_the_key() {
+    // The same spec built twice is the same kernel, bit for bit.
+    let base = KernelSpec::new().b_prefetch(true);
+    let once = base.build().unwrap();
+    let twice = base.clone().build().unwrap();
+    assert_eq!(once.code_object(), twice.code_object());
+    assert_eq!(once.cache_key(), twice.cache_key());
+    // Each setting below changes the generated code, and so the key.
+    let variants = [
+        ("no prefetch", KernelSpec::new()),
+        ("bm", base.clone().bm(32)),
+        ("bn", base.clone().bn(64)),
+        ("bk_elems", base.clone().bk_elems(256)),
+        ("wn", base.clone().wn(32)),
+        ("dram_to_lds", base.clone().dram_to_lds(true)),
+        ("deep_prime", base.clone().deep_prime(true)),
+        (
+            "cluster_drain_sched",
+            base.clone().cluster_drain_sched(true),
+        ),
+        (
+            "mfma_cluster",
+            base.clone().cluster_drain_sched(true).mfma_cluster(2),
+        ),
+        (
+            "b_cache_policy",
+            base.clone().b_cache_policy(BCachePolicy::Streaming),
+        ),
+        ("out_dtype", base.clone().out_dtype(OutDtype::F32)),
+        ("waves_per_eu", base.clone().waves_per_eu(Some(2))),
+    ];
+    let mut keys = vec![once.cache_key().to_string()];
+    for (what, spec) in variants {
+        let k = spec.build().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_ne!(k.code_object(), once.code_object(), "{what}: same code");
+        assert!(
+            !keys.contains(&k.cache_key().to_string()),
+            "{what}: the key of another spec"
+        );
+        keys.push(k.cache_key().to_string());
+    }
+}
+
+#[test]
+fn settings_a_variant_ignores_are_refused_not_keyed() {
+    // A spec read back with a preb wm other than bm is the same kernel and the same key:
+    // preb waves cover all BM rows.
+    let mut values = KernelSpec::new().values().clone();
+    values.wm = 32;
+    let read_back = KernelSpec::from(values);
+    assert_eq!(read_back.cache_key(), KernelSpec::new().cache_key());
+    // Setting it, or a cluster size without cluster_drain_sched, is refused.
+    for (what, spec) in [
+        ("wm", KernelSpec::new().wm(32)),
+        ("mfma_cluster", KernelSpec::new().mfma_cluster(2)),
+    ] {
+        let e = spec.build().unwrap_err();
+        assert!(
+            matches!(e, SpecError::Ignored { setter, .. } if setter == what),
+            "{what}: {e}"
+        );
+    }
+    // Preb-only settings on the LDS kernel, even at their default values.
+    let e = KernelSpec::lds().b_prefetch(false).build().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpecError::WrongVariant {
+                flag: "b_prefetch",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -231,7 +294,7 @@ fn lds_variant_shapes_and_outputs() {
                 let name = spec.kernel_name();
                 let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(
-                    (k.report.vgpr_spill_count, k.report.private_bytes),
+                    (k.report().vgpr_spill_count, k.report().private_bytes),
                     (0, 0),
                     "{name} spills"
                 );
@@ -239,10 +302,10 @@ fn lds_variant_shapes_and_outputs() {
                     MmaShape::M16N16K128 => "v_mfma_scale_f32_16x16x128_f8f6f4",
                     MmaShape::M32N32K64 => "v_mfma_scale_f32_32x32x64_f8f6f4",
                 };
-                let lp = LoopStats::from_asm(&k.asm);
+                let lp = LoopStats::from_asm(&k.asm());
                 assert_eq!(lp.mfmas, spec.mfmas_per_stage(), "{name}");
                 assert!(
-                    main_loop(&k.asm)
+                    main_loop(&k.asm())
                         .iter()
                         .all(|l| !l.contains("v_mfma") || l.contains(mnemonic))
                 );
@@ -250,9 +313,9 @@ fn lds_variant_shapes_and_outputs() {
                     OutDtype::Bf16 => "buffer_store_dwordx2",
                     OutDtype::F32 => "buffer_store_dwordx4",
                 };
-                assert!(k.asm.contains(store), "{name}: {store}");
+                assert!(k.asm().contains(store), "{name}: {store}");
                 assert_eq!(
-                    k.asm.contains("offen lds"),
+                    k.asm().contains("offen lds"),
                     dram,
                     "{name}: direct-to-LDS loads"
                 );

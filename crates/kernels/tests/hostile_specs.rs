@@ -10,7 +10,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRunner};
 use rayon::prelude::*;
 use tilegen_dsl::CompileOptions;
 use tilegen_kernels::{
-    BCachePolicy, CompiledKernel, GemmInputs, KernelSpec, MmaShape, OutDtype, SpecError, Variant,
+    BCachePolicy, CompiledKernel, KernelSpec, MmaShape, OutDtype, SpecError, Variant,
 };
 use tilegen_mx::{MxMatrix, reference_gemm};
 use tilegen_runtime::EmuDevice;
@@ -62,7 +62,7 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
         1u32..=8,
     )
         .prop_map(|(bm, wn, waves, bk, (pf, d2l, cds, dp), policy, cluster)| {
-            KernelSpec::new()
+            let spec = KernelSpec::new()
                 .bm(bm)
                 .wm(bm)
                 .wn(wn)
@@ -72,8 +72,13 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
                 .dram_to_lds(d2l)
                 .cluster_drain_sched(cds && pf)
                 .deep_prime(dp && pf)
-                .b_cache_policy(policy)
-                .mfma_cluster(cluster)
+                .b_cache_policy(policy);
+            // The cluster size is a cluster_drain_sched setting.
+            if cds && pf {
+                spec.mfma_cluster(cluster)
+            } else {
+                spec
+            }
         });
     let lds = (
         prop_oneof![Just(MmaShape::M16N16K128), Just(MmaShape::M32N32K64)],
@@ -169,7 +174,7 @@ fn spec() -> impl Strategy<Value = KernelSpec> {
 
 /// What a built kernel's code object must say about its spec.
 fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
-    let r = &k.report;
+    let r = &k.report();
     let threads = spec.threads();
     if r.workgroup_size != threads {
         return Err(format!(
@@ -195,8 +200,12 @@ fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
             r.vgpr_count, r.agpr_count
         ));
     }
-    if k.name != spec.kernel_name() {
-        return Err(format!("kernel {} for spec {}", k.name, spec.kernel_name()));
+    if k.name() != spec.kernel_name() {
+        return Err(format!(
+            "kernel {} for spec {}",
+            k.name(),
+            spec.kernel_name()
+        ));
     }
     Ok(())
 }
@@ -204,18 +213,18 @@ fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
 /// Runs a small GEMM with a ragged M, two N tiles plus a partial one and a K tail.
 fn run_on_emulator(k: &CompiledKernel) -> Result<(), String> {
     let (m, n, kd) = (
-        k.spec.bm as usize + 3,
-        2 * k.spec.bn as usize + 16,
-        2 * k.spec.bk_elems.max(256) as usize + 256,
+        k.spec().bm as usize + 3,
+        2 * k.spec().bn as usize + 16,
+        2 * k.spec().bk_elems.max(256) as usize + 256,
     );
     let a = MxMatrix::random(m, kd, 7).map_err(|e| e.to_string())?;
     let b = MxMatrix::random(n, kd, 8).map_err(|e| e.to_string())?;
-    let inputs = GemmInputs::new(k.spec.variant, &a, &b).map_err(|e| e.to_string())?;
+    let inputs = k.prepare_inputs(&a, &b).map_err(|e| e.to_string())?;
     let (c, _) = k
         .run(&EmuDevice::new(), &inputs)
         .map_err(|e| format!("{m}x{n}x{kd}: {e}"))?;
     let reference = reference_gemm(&a, &b).map_err(|e| e.to_string())?;
-    let cmp = k.compare(&c, &reference).map_err(|e| e.to_string())?;
+    let cmp = c.compare(&reference).map_err(|e| e.to_string())?;
     if cmp.passed() {
         Ok(())
     } else {

@@ -5,9 +5,9 @@
 //! project) into `target/foreign/<config>/{kernel.hsaco, kernel.s, meta.json}`, the kernel zoo
 //! (`scripts/triton/zoo.py`: assorted kernels with inputs and expected outputs) into
 //! `target/foreign/zoo/<case>/`, and writes `target/foreign/STATUS`: `ok`, or
-//! `unavailable: <reason>` when PyPI could not be reached. Tests that need the corpus skip
-//! loudly in the second case only; a missing corpus is a failure with the command that makes
-//! it.
+//! `unavailable: <reason>` when PyPI could not be reached. Tests that need the corpus fail in
+//! that case too, unless `TILEGEN_ALLOW_SKIP=1` is set (then they skip loudly); a missing corpus
+//! is always a failure, with the command that makes it.
 #![deny(missing_docs)]
 
 mod child;
@@ -89,6 +89,13 @@ pub fn foreign_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/foreign")
 }
 
+/// The environment variable that lets tests needing an unavailable corpus skip (CI never sets it).
+pub const ALLOW_SKIP: &str = "TILEGEN_ALLOW_SKIP";
+
+fn allow_skip() -> bool {
+    std::env::var_os(ALLOW_SKIP).is_some_and(|v| v == "1")
+}
+
 /// The foreign kernels, or `None` after printing a loud SKIP when setup recorded that PyPI was
 /// unreachable. Panics (fails the test) when the corpus was never made.
 pub fn foreign_kernels() -> Option<Vec<ForeignKernel>> {
@@ -131,8 +138,14 @@ fn corpus_available() -> bool {
     let dir = foreign_dir();
     let status = std::fs::read_to_string(dir.join("STATUS")).unwrap_or_default();
     if let Some(reason) = status.trim().strip_prefix("unavailable:") {
+        // A skipped peer test is a failure unless the person running the tests said otherwise.
+        assert!(
+            allow_skip(),
+            "the Triton corpus is unavailable ({}); set {ALLOW_SKIP}=1 to skip the tests that need it",
+            reason.trim()
+        );
         eprintln!(
-            "\n!!!!!!!! SKIPPED: the Triton corpus is unavailable ({}) !!!!!!!!\n",
+            "\n!!!!!!!! SKIPPED ({ALLOW_SKIP}=1): the Triton corpus is unavailable ({}) !!!!!!!!\n",
             reason.trim()
         );
         return false;
