@@ -23,6 +23,10 @@ pub const MAX_ARCH_VGPRS: u32 = 256;
 pub const MAX_UNIFIED_VGPRS: u32 = 512;
 /// Largest workgroup.
 pub const MAX_WORKGROUP_SIZE: u32 = 1024;
+/// SIMDs per CU.
+pub const SIMDS_PER_CU: u32 = 4;
+/// Wave slots per SIMD.
+pub const MAX_WAVES_PER_SIMD: u32 = 8;
 /// LLVM's calling convention number of `amdgpu_kernel`.
 pub const AMDGPU_KERNEL_CC: u32 = 91;
 

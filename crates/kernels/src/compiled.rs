@@ -2,6 +2,9 @@
 
 use inkwell::context::Context;
 use serde::Serialize;
+use tilegen_dsl::target::{
+    LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, SIMDS_PER_CU, WAVE_SIZE,
+};
 use tilegen_dsl::{CompileOptions, Kernel, KernelAttrs, Timings};
 
 use crate::spec::{KernelSpec, SpecError, Variant};
@@ -196,18 +199,18 @@ impl ResourceReport {
     }
 }
 
-/// Waves per SIMD on gfx950: the unified 512-entry register file per lane divided by the
-/// kernel's allocation, and the 160 KB of LDS per CU shared by resident workgroups (4 SIMDs per
-/// CU), at most 8.
+/// Waves per SIMD on gfx950: the unified register file per lane divided by the kernel's
+/// allocation, and the LDS per CU shared by resident workgroups (4 SIMDs per CU), at most the
+/// SIMD's wave slots.
 pub fn occupancy(allocated_vgprs: u32, lds_bytes: u32, workgroup_size: u32) -> u32 {
-    let by_regs = 512 / allocated_vgprs.max(8);
-    let waves_per_group = workgroup_size.div_ceil(64).max(1);
-    // No LDS: only registers limit residency. A CU spreads a workgroup's waves over its 4 SIMDs,
+    let by_regs = MAX_UNIFIED_VGPRS / allocated_vgprs.max(8);
+    let waves_per_group = workgroup_size.div_ceil(WAVE_SIZE).max(1);
+    // No LDS: only registers limit residency. A CU spreads a workgroup's waves over its SIMDs,
     // so a lone workgroup of 2 waves still gives its SIMDs one wave each.
-    let by_lds = (160 * 1024u32)
+    let by_lds = LDS_BYTES
         .checked_div(lds_bytes)
-        .map_or(8, |groups_per_cu| {
-            (groups_per_cu * waves_per_group).div_ceil(4)
+        .map_or(MAX_WAVES_PER_SIMD, |groups_per_cu| {
+            (groups_per_cu * waves_per_group).div_ceil(SIMDS_PER_CU)
         });
-    by_regs.min(by_lds).min(8)
+    by_regs.min(by_lds).min(MAX_WAVES_PER_SIMD)
 }

@@ -3,7 +3,9 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use tilegen_dsl::target::{LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WORKGROUP_SIZE, WAVE_SIZE};
+use tilegen_dsl::target::{
+    LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE, WAVE_SIZE,
+};
 use tilegen_dsl::{CachePolicy, MfmaShape};
 
 /// Which kernel family.
@@ -681,13 +683,13 @@ impl KernelSpec {
             return Err(SpecError::RegisterBudget { estimate, detail });
         }
         if let Some(w) = self.waves_per_eu
-            && !(1..=8).contains(&w)
+            && !(1..=MAX_WAVES_PER_SIMD).contains(&w)
         {
             return Err(SpecError::OutOfRange {
                 name: "waves_per_eu",
                 value: w,
                 min: 1,
-                max: 8,
+                max: MAX_WAVES_PER_SIMD,
                 why: "a gfx950 SIMD holds 1 to 8 waves",
             });
         }
