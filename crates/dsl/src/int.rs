@@ -138,6 +138,8 @@ impl fmt::Display for Int<'_, '_> {
 }
 
 impl IndexValue for Int<'_, '_> {
+    // An `i32` whose values stay non-negative (see the type's documentation).
+    const INDEX_BITS: u32 = 31;
     fn constant_like(&self, value: i64) -> Self {
         self.wrap(self.k.ctx.i32_type().const_int(value as u64, true))
     }

@@ -336,7 +336,7 @@ fn static_size<T: IndexValue>(l: &Layout<T>, op: &'static str) -> Result<i64, La
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -493,7 +493,7 @@ mod tests {
     }
 
     /// A compact layout with power-of-two leaves.
-    fn pow2_compact() -> impl Strategy<Value = Layout> {
+    pub(crate) fn pow2_compact() -> impl Strategy<Value = Layout> {
         permuted(pow2_shape())
     }
 

@@ -11,6 +11,10 @@ use std::ops::{Add, Div, Mul, Rem, Sub};
 /// instruction per operation. Operations are only ever applied to non-negative values (indices,
 /// sizes and strides), so `div`/`rem` may be unsigned.
 pub trait IndexValue: Clone + fmt::Debug {
+    /// How many low bits a non-negative value of this type can use (63 for `i64`, 31 for a
+    /// 32-bit device integer). Bit operations past it would wrap or hit the sign bit, so a
+    /// [`Swizzle`](crate::Swizzle) that reaches higher is refused for the type.
+    const INDEX_BITS: u32;
     /// A constant in the same context as `self` (an IR value needs its builder to make one).
     fn constant_like(&self, value: i64) -> Self;
     /// `self + rhs`
@@ -38,6 +42,7 @@ pub trait IndexValue: Clone + fmt::Debug {
 }
 
 impl IndexValue for i64 {
+    const INDEX_BITS: u32 = 63;
     fn constant_like(&self, value: i64) -> Self {
         value
     }

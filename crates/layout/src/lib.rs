@@ -4,17 +4,25 @@
 //! A layout is a hierarchical `shape:stride` pair (CuTe's model, also Mojo's `TileTensor`). Its
 //! integers are [`Idx`] values, static or dynamic; dynamic values are any [`IndexValue`] (plain
 //! `i64` on the host, an IR value in the kernel builder), and arithmetic folds the static parts.
+//!
+//! A [`Swizzle`] (CuTe's `Swizzle<B, M, S>`), or a [`SwizzleChain`] of them, composed after a
+//! layout gives a [`ComposedLayout`]: the layout of a bank-conflict-free LDS tile. [`OffsetMap`]
+//! is the coordinate-to-offset surface both kinds of layout offer.
 #![deny(missing_docs)]
 
 mod algebra;
+mod composed;
 mod coord;
 mod error;
 mod int;
 mod layout;
+mod swizzle;
 mod walk;
 
+pub use composed::{ComposedLayout, OffsetMap};
 pub use coord::Coord;
 pub use error::LayoutError;
 pub use int::{Idx, IndexValue};
 pub use layout::Layout;
+pub use swizzle::{Swizzle, SwizzleChain, SwizzleError};
 pub use walk::{CopyMode, CopyOrder, CopyPlan, Odometer, WalkError};
