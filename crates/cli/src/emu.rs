@@ -1,12 +1,31 @@
 //! `tilegen emu run` / `tilegen emu disasm`: any gfx950 code object on the emulator.
+//!
+//! `emu run` works within the emulator's limits (device memory, workgroups and work-items per
+//! launch, instructions per wave; `--max-memory`, `--max-workgroups`, `--max-work-items`,
+//! `--instruction-budget` raise them): everything that can be refused is refused before the
+//! emulation starts, output files included. A long emulation shows its progress on a
+//! terminal and stops cleanly on Ctrl-C.
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use tilegen::codeobj::{CodeObject, Kernel};
-use tilegen::runtime::{ArgValue, Device, DevicePtr, EmuDevice, LaunchConfig, launch};
+use tilegen::emu::exec::limits::{
+    DEFAULT_MAX_WORK_ITEMS, DEFAULT_MAX_WORKGROUPS, DEFAULT_WAVE_INSTRUCTION_BUDGET,
+    default_max_memory,
+};
+use tilegen::emu::exec::{AllocError, FaultKind, LimitError, LoadError};
+use tilegen::runtime::{
+    ArgValue, Device, DevicePtr, EmuConfig, EmuDevice, LaunchConfig, LaunchControl, Limits,
+    RuntimeError, launch,
+};
+use tilegen_output::{Output, OutputError};
 
 #[derive(Subcommand)]
 pub enum EmuCommand {
@@ -42,6 +61,21 @@ pub struct RunArgs {
     /// Print the run summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Device memory limit: buffers, the code-object image and the scratch and registers of
+    /// the waves in flight. Bytes, or with a suffix K, M, G or T (powers of 1024). Default:
+    /// half of the memory available to the process (physical memory, cgroup limit or
+    /// `ulimit -v`, whichever is smallest).
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    max_memory: Option<u64>,
+    /// Most workgroups one launch may have.
+    #[arg(long, default_value_t = DEFAULT_MAX_WORKGROUPS, value_name = "N")]
+    max_workgroups: u64,
+    /// Most work-items one launch may have.
+    #[arg(long, default_value_t = DEFAULT_MAX_WORK_ITEMS, value_name = "N")]
+    max_work_items: u64,
+    /// Instructions one wave may execute before it is stopped as an endless loop.
+    #[arg(long, default_value_t = DEFAULT_WAVE_INSTRUCTION_BUDGET, value_name = "N")]
+    instruction_budget: u64,
 }
 
 #[derive(Args)]
@@ -95,6 +129,27 @@ impl FromStr for Arg {
     }
 }
 
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024; `KiB`, `KB` and
+/// lower case are accepted too).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s}: expected a byte count such as 8G, 512M or 1048576"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("{s}: unknown unit `{unit}` (use K, M, G or T)")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s}: more than 2^64 bytes"))
+}
+
 fn parse_dim3(s: &str) -> Result<[u32; 3], String> {
     let parts: Vec<&str> = s.split(',').collect();
     if parts.is_empty() || parts.len() > 3 {
@@ -138,33 +193,189 @@ fn pick<'a>(co: &'a CodeObject, name: Option<&str>) -> Result<&'a Kernel> {
     }
 }
 
+/// A limit error in the command line's words: what was asked, the limit, and the flag that
+/// raises it.
+fn limit_text(e: &LimitError) -> String {
+    match e {
+        LimitError::Memory {
+            what,
+            requested,
+            in_use,
+            limit,
+        } => format!(
+            "{what} needs {requested} bytes, more than the {} bytes left of the device memory limit of {limit} bytes ({in_use} in use); raise the limit with --max-memory BYTES",
+            limit.saturating_sub(*in_use)
+        ),
+        LimitError::HostMemory { what, requested } => format!(
+            "the host could not allocate {requested} bytes for {what} (within --max-memory, but more than the machine has free)"
+        ),
+        LimitError::Overflow { what } => format!("the size of {what} overflows 64 bits"),
+        LimitError::Workgroups {
+            grid,
+            workgroups,
+            limit,
+        } => format!(
+            "a grid of {grid:?} is {workgroups} workgroups, over the limit of {limit}; raise the limit with --max-workgroups N"
+        ),
+        LimitError::WorkItems {
+            grid,
+            block,
+            work_items,
+            limit,
+        } => format!(
+            "a grid of {grid:?} workgroups of {block:?} is {work_items} work-items, over the limit of {limit}; raise the limit with --max-work-items N"
+        ),
+    }
+}
+
+/// A runtime error as the command line reports it: one message, naming the flag that raises
+/// the limit it hit; an interruption ends the chain in [`OutputError::Interrupted`] (exit
+/// status 130).
+fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Error {
+    match &e {
+        RuntimeError::Limit(l) => anyhow!("{}", limit_text(l)),
+        RuntimeError::Alloc {
+            bytes,
+            source: AllocError::Limit(l),
+        } => anyhow!(
+            "allocating {bytes} bytes of device memory: {}",
+            limit_text(l)
+        ),
+        RuntimeError::Load(LoadError::Alloc(AllocError::Limit(l))) => anyhow!(
+            "preparing the kernels: allocating the code object image: {}",
+            limit_text(l)
+        ),
+        RuntimeError::Interrupted => {
+            let (done, total) = control.progress();
+            anyhow::Error::new(OutputError::Interrupted).context(format!(
+                "the emulation stopped after {done} of {total} workgroups"
+            ))
+        }
+        RuntimeError::Fault(f) => {
+            let [x, y, z] = f.workgroup;
+            let place = format!(
+                "kernel fault: kernel `{}`, workgroup ({x}, {y}, {z}), wave {}, pc {:#x}{}",
+                f.kernel,
+                f.wave,
+                f.pc,
+                if f.inst.is_empty() {
+                    String::new()
+                } else {
+                    format!(", `{}`", f.inst)
+                }
+            );
+            match &*f.kind {
+                FaultKind::Budget { budget } => anyhow!(
+                    "{place}: the wave executed its budget of {budget} instructions without ending (an endless loop?); raise the budget with --instruction-budget N"
+                ),
+                FaultKind::BarrierDeadlock { .. } => anyhow!(
+                    "{place}: {}; raise the budget with --instruction-budget N",
+                    f.kind
+                ),
+                _ => anyhow!("{e}"),
+            }
+        }
+        _ => anyhow!("{e}"),
+    }
+}
+
+/// Checks that `bytes` of device memory for `what` fit under the limit before anything is
+/// read or allocated.
+fn check_fits(what: &str, bytes: u64, limit: u64) -> Result<()> {
+    if bytes > limit {
+        bail!(
+            "{what} needs {bytes} bytes of device memory, over the limit of {limit} bytes; raise the limit with --max-memory BYTES"
+        );
+    }
+    Ok(())
+}
+
+fn file_len(f: &PathBuf) -> Result<u64> {
+    Ok(std::fs::metadata(f)
+        .with_context(|| format!("reading {}", f.display()))?
+        .len())
+}
+
 fn run_kernel(a: RunArgs) -> Result<()> {
+    let limits = Limits {
+        max_memory: a.max_memory.unwrap_or_else(default_max_memory),
+        max_workgroups: a.max_workgroups,
+        max_work_items: a.max_work_items,
+        wave_instruction_budget: a.instruction_budget,
+    };
+    // Refused before anything is read: a grid over the limits, buffers and inputs that cannot
+    // fit in device memory, outputs that cannot be written.
+    limits
+        .check_grid(a.grid, a.block)
+        .map_err(|e| anyhow!("{}", limit_text(&e)))?;
+    let mut planned = file_len(&a.code_object)?;
+    check_fits(
+        &format!("the code object {}", a.code_object.display()),
+        planned,
+        limits.max_memory,
+    )?;
+    let mut checked_outputs = Vec::new();
+    for arg in &a.args {
+        let (what, bytes) = match arg {
+            Arg::In(f) | Arg::InOut(f) => (format!("--arg {}", f.display()), file_len(f)?),
+            Arg::Out(f, n) => (format!("--arg out:{}:{n}", f.display()), *n),
+            _ => continue,
+        };
+        check_fits(&what, bytes, limits.max_memory)?;
+        planned = planned.saturating_add(bytes);
+        check_fits(
+            "the code object and the --arg buffers together",
+            planned,
+            limits.max_memory,
+        )?;
+        if let Arg::Out(f, _) | Arg::InOut(f) = arg {
+            checked_outputs.push(Output::check(f)?);
+        }
+    }
     let bytes = std::fs::read(&a.code_object)
         .with_context(|| format!("reading {}", a.code_object.display()))?;
-    let dev = EmuDevice::new();
+    // Ctrl-C (SIGINT/SIGTERM) raises this flag from now on instead of ending the process: the
+    // launch stops at its next check, within milliseconds, and the command fails with
+    // "interrupted" (status 130).
+    let config = EmuConfig {
+        limits,
+        control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
+        ..EmuConfig::default()
+    };
+    let dev = EmuDevice::with_config(config);
+    let control = dev.control().clone();
     let module = dev
         .load(&bytes)
+        .map_err(|e| cli_error(e, &control))
         .with_context(|| format!("loading {}", a.code_object.display()))?;
+    drop(bytes);
     let kernel = pick(&module.code_object, a.kernel.as_deref())?
         .name()
         .to_string();
     let mut values = Vec::new();
     // Buffers to write back after the run: (device pointer, bytes, file).
-    let mut outputs: Vec<(DevicePtr, usize, PathBuf)> = Vec::new();
+    let mut outputs: Vec<(DevicePtr, u64, Output)> = Vec::new();
+    let mut checked_outputs = checked_outputs.into_iter();
     for arg in &a.args {
         let value = match arg {
             Arg::In(f) | Arg::InOut(f) => {
                 let data = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-                let p = dev.alloc(data.len().max(1) as u64)?;
+                let p = dev
+                    .alloc(data.len().max(1) as u64)
+                    .map_err(|e| cli_error(e, &control))?;
                 dev.copy_to_device(p, &data)?;
-                if let Arg::InOut(_) = arg {
-                    outputs.push((p, data.len(), f.clone()));
+                if let Arg::InOut(_) = arg
+                    && let Some(out) = checked_outputs.next()
+                {
+                    outputs.push((p, data.len() as u64, out));
                 }
                 ArgValue::Ptr(p)
             }
-            Arg::Out(f, n) => {
-                let p = dev.alloc((*n).max(1))?;
-                outputs.push((p, *n as usize, f.clone()));
+            Arg::Out(_, n) => {
+                let p = dev.alloc((*n).max(1)).map_err(|e| cli_error(e, &control))?;
+                if let Some(out) = checked_outputs.next() {
+                    outputs.push((p, *n, out));
+                }
                 ArgValue::Ptr(p)
             }
             Arg::I32(v) => ArgValue::I32(*v),
@@ -179,11 +390,15 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         block: a.block,
         dynamic_lds: a.dynamic_lds,
     };
-    let report = launch(&dev, &module, &kernel, &config, &values)?;
-    for (p, n, f) in &outputs {
-        let mut buf = vec![0u8; *n];
-        dev.copy_from_device(*p, &mut buf)?;
-        std::fs::write(f, &buf).with_context(|| format!("writing {}", f.display()))?;
+    tilegen_output::check_interrupted()?;
+    let progress = Progress::start(&control, !a.json && std::io::stderr().is_terminal());
+    let report = launch(&dev, &module, &kernel, &config, &values);
+    progress.finish();
+    let report = report
+        .map_err(|e| cli_error(e, &control))
+        .with_context(|| format!("running {kernel}"))?;
+    for (p, n, out) in &outputs {
+        write_back(&dev, *p, *n, out)?;
     }
     let stats = report.stats.clone().unwrap_or_default();
     if a.json {
@@ -193,7 +408,7 @@ fn run_kernel(a: RunArgs) -> Result<()> {
             "block": a.block,
             "wall_seconds": report.wall.as_secs_f64(),
             "stats": stats,
-            "outputs": outputs.iter().map(|(_, n, f)| serde_json::json!({"file": f, "bytes": n})).collect::<Vec<_>>(),
+            "outputs": outputs.iter().map(|(_, n, o)| serde_json::json!({"file": o.path(), "bytes": n})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -202,8 +417,8 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         "ran {kernel} on a {:?} grid of {:?} work-items",
         a.grid, a.block
     );
-    for (_, n, f) in &outputs {
-        println!("  wrote {} ({n} bytes)", f.display());
+    for (_, n, o) in &outputs {
+        println!("  wrote {} ({n} bytes)", o.path().display());
     }
     if a.stats {
         let total = stats["wave_instructions"].as_u64().unwrap_or(0);
@@ -227,6 +442,73 @@ fn run_kernel(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Copies `n` bytes of device memory at `p` into `out`, a few MiB at a time (no second
+/// full-size host copy), atomically replacing the file.
+fn write_back(dev: &EmuDevice, p: DevicePtr, n: u64, out: &Output) -> Result<()> {
+    const CHUNK: u64 = 4 << 20;
+    let mut file = out.create()?;
+    let mut buf = vec![0u8; CHUNK.min(n) as usize];
+    let mut off = 0u64;
+    while off < n {
+        tilegen_output::check_interrupted()?;
+        let len = CHUNK.min(n - off) as usize;
+        dev.copy_from_device(DevicePtr(p.0 + off), &mut buf[..len])?;
+        file.write_all(&buf[..len])
+            .with_context(|| format!("writing {}", out.path().display()))?;
+        off += len as u64;
+    }
+    file.commit()?;
+    Ok(())
+}
+
+/// A progress bar of finished workgroups on stderr, drawn from a thread that polls the
+/// launch's counters (so the emulator pays one relaxed atomic add per workgroup). It appears
+/// only after half a second, so short runs print nothing.
+struct Progress {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(control: &LaunchControl, show: bool) -> Progress {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = show.then(|| {
+            let (stop, control) = (stop.clone(), control.clone());
+            std::thread::spawn(move || {
+                let tick = Duration::from_millis(100);
+                for _ in 0..5 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(tick);
+                }
+                let (_, total) = control.progress();
+                let bar = indicatif::ProgressBar::new(total);
+                if let Ok(style) = indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] {pos}/{len} workgroups, ETA {eta} (Ctrl-C stops)",
+                ) {
+                    bar.set_style(style.progress_chars("=> "));
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    let (done, total) = control.progress();
+                    bar.set_length(total);
+                    bar.set_position(done);
+                    std::thread::sleep(tick);
+                }
+                bar.finish_and_clear();
+            })
+        });
+        Progress { stop, thread }
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn disasm(a: DisasmArgs) -> Result<()> {
     let bytes = std::fs::read(&a.code_object)
         .with_context(|| format!("reading {}", a.code_object.display()))?;
@@ -238,26 +520,31 @@ fn disasm(a: DisasmArgs) -> Result<()> {
     };
     let (text_addr, text) = &co.text;
     for k in kernels {
+        // Entry and size come from the file: checked, and the slice taken with `get`.
         let start = k
             .entry
             .checked_sub(*text_addr)
-            .ok_or_else(|| anyhow!("kernel {} starts before .text", k.name()))?
-            as usize;
+            .and_then(|s| usize::try_from(s).ok())
+            .filter(|&s| s <= text.len())
+            .ok_or_else(|| anyhow!("kernel {} starts outside .text", k.name()))?;
         let len = if k.code_size > 0 {
-            k.code_size as usize
+            usize::try_from(k.code_size).unwrap_or(usize::MAX)
         } else {
             text.len() - start
         };
-        let code = text
-            .get(start..start + len)
+        let code = start
+            .checked_add(len)
+            .and_then(|end| text.get(start..end))
             .ok_or_else(|| anyhow!("kernel {} runs past .text", k.name()))?;
         println!("{:016x} <{}>:", k.entry, k.name());
         for (pc, inst) in tilegen::emu::isa::decode_lenient(code, k.entry) {
-            let off = (pc - k.entry) as usize;
+            let off = pc.wrapping_sub(k.entry) as usize;
             match inst {
                 Ok(i) => {
-                    let words: Vec<String> = code[off..off + i.size as usize]
-                        .chunks(4)
+                    let words: Vec<String> = code
+                        .get(off..off + i.size as usize)
+                        .unwrap_or_default()
+                        .chunks_exact(4)
                         .map(|w| format!("{:08X}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
                         .collect();
                     // The layout of llvm-objdump's listing, branch-target annotation included.
@@ -278,4 +565,24 @@ fn disasm(a: DisasmArgs) -> Result<()> {
         println!();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
+        assert_eq!(parse_bytes("2TiB"), Ok(2 << 40));
+        assert_eq!(parse_bytes("3 GB"), Ok(3 << 30));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("G").is_err());
+        assert!(parse_bytes("10X").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+    }
 }

@@ -1,5 +1,7 @@
 //! Parsing the ELF container: header checks, segments, symbols, descriptors and the note.
 
+use std::collections::HashMap;
+
 use object::read::elf::{ElfFile64, ProgramHeader as _};
 use object::{
     Endianness, Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind as ObjSymbolKind,
@@ -196,13 +198,29 @@ impl CodeObject {
         let file = ElfFile64::<Endianness>::parse(bytes).map_err(elf_err)?;
         let endian = file.endian();
         let mut segments = Vec::new();
+        // Each segment's file bytes are copied: with overlapping segments a small file could
+        // ask for many times its size, so the number of segments and the bytes copied are
+        // bounded (real code objects have three or four PT_LOADs that do not overlap).
+        let mut copied = 0u64;
         for ph in file.elf_program_headers() {
             if ph.p_type(endian).0 != PT_LOAD {
                 continue;
             }
+            if segments.len() == MAX_LOAD_SEGMENTS {
+                return Err(CodeObjectError::Elf(format!(
+                    "more than {MAX_LOAD_SEGMENTS} PT_LOAD segments"
+                )));
+            }
             let data = ph.data(endian, bytes).map_err(|_| {
                 CodeObjectError::Elf("a PT_LOAD segment lies outside the file".into())
             })?;
+            copied += data.len() as u64;
+            if copied > 2 * bytes.len() as u64 {
+                return Err(CodeObjectError::Elf(format!(
+                    "the PT_LOAD segments overlap: they hold more than twice the file's {} bytes",
+                    bytes.len()
+                )));
+            }
             segments.push(Segment {
                 vaddr: ph.p_vaddr(endian),
                 file_bytes: data.to_vec(),
@@ -238,7 +256,7 @@ impl CodeObject {
                 })
             })
             .collect();
-        symbols.sort_by_key(|s| (s.address, s.name.clone()));
+        symbols.sort_by(|a, b| (a.address, &a.name).cmp(&(b.address, &b.name)));
         let metadata = read_metadata(&file)?;
         let kernels = kernels(&metadata, &symbols, &segments)?;
         Ok(CodeObject {
@@ -259,18 +277,7 @@ impl CodeObject {
 
     /// Reads `len` bytes at `addr` from the loaded image.
     pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let end = addr.checked_add(len as u64)?;
-        let seg = self.segments.iter().find(|s| {
-            addr >= s.vaddr && s.vaddr.checked_add(s.mem_size).is_some_and(|e| end <= e)
-        })?;
-        let start = (addr - seg.vaddr) as usize;
-        let mut out = vec![0u8; len];
-        // Bytes past the file image are the zero fill up to mem_size.
-        let avail = seg.file_bytes.len().saturating_sub(start).min(len);
-        if avail > 0 {
-            out[..avail].copy_from_slice(&seg.file_bytes[start..start + avail]);
-        }
-        Some(out)
+        read_image(&self.segments, addr, len)
     }
 
     /// Bytes of the loaded image (`max(vaddr + mem_size)`).
@@ -283,6 +290,26 @@ impl CodeObject {
     }
 }
 
+/// Most PT_LOAD segments a code object may have.
+const MAX_LOAD_SEGMENTS: usize = 64;
+
+/// Reads `len` bytes at `addr` from the image `segments` describe (`None` unless one segment
+/// holds them all).
+fn read_image(segments: &[Segment], addr: u64, len: usize) -> Option<Vec<u8>> {
+    let end = addr.checked_add(len as u64)?;
+    let seg = segments
+        .iter()
+        .find(|s| addr >= s.vaddr && s.vaddr.checked_add(s.mem_size).is_some_and(|e| end <= e))?;
+    let start = usize::try_from(addr - seg.vaddr).ok()?;
+    let mut out = vec![0u8; len];
+    // Bytes past the file image are the zero fill up to mem_size.
+    let avail = seg.file_bytes.len().saturating_sub(start).min(len);
+    if avail > 0 {
+        out[..avail].copy_from_slice(&seg.file_bytes[start..start + avail]);
+    }
+    Some(out)
+}
+
 fn read_metadata(file: &ElfFile64<'_, Endianness>) -> Result<rmpv::Value, CodeObjectError> {
     for section in file.sections() {
         if section.kind() != SectionKind::Note {
@@ -290,22 +317,28 @@ fn read_metadata(file: &ElfFile64<'_, Endianness>) -> Result<rmpv::Value, CodeOb
         }
         let data = section.data().map_err(elf_err)?;
         let mut at = 0usize;
-        while at + 12 <= data.len() {
-            let word = |o: usize| {
-                u32::from_le_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]) as usize
+        // Every size below comes from the file: the arithmetic is checked and each slice is
+        // taken with `get`, so a damaged note is an error, never a panic.
+        let past = || CodeObjectError::Metadata("a note runs past its section".into());
+        while data.len().saturating_sub(at) >= 12 {
+            let word = |o: usize| -> Result<usize, CodeObjectError> {
+                let b = data.get(o..o + 4).ok_or_else(past)?;
+                Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
             };
-            let (namesz, descsz, ty) = (word(at), word(at + 4), word(at + 8) as u32);
+            let (namesz, descsz, ty) = (word(at)?, word(at + 4)?, word(at + 8)? as u32);
             let name_at = at + 12;
-            let desc_at = name_at + namesz.div_ceil(4) * 4;
-            let end = desc_at + descsz.div_ceil(4) * 4;
-            if desc_at + descsz > data.len() {
-                return Err(CodeObjectError::Metadata(
-                    "a note runs past its section".into(),
-                ));
-            }
-            let name = &data[name_at..name_at + namesz];
+            let padded = |n: usize| n.checked_next_multiple_of(4);
+            let desc_at = padded(namesz)
+                .and_then(|n| name_at.checked_add(n))
+                .ok_or_else(past)?;
+            let desc_end = desc_at.checked_add(descsz).ok_or_else(past)?;
+            let end = padded(descsz)
+                .and_then(|n| desc_at.checked_add(n))
+                .ok_or_else(past)?;
+            let name = data.get(name_at..name_at + namesz).ok_or_else(past)?;
+            let desc = data.get(desc_at..desc_end).ok_or_else(past)?;
             if ty == NT_AMDGPU_METADATA && name.starts_with(b"AMDGPU") {
-                let mut desc = &data[desc_at..desc_at + descsz];
+                let mut desc = desc;
                 return rmpv::decode::read_value(&mut desc)
                     .map_err(|e| CodeObjectError::Metadata(format!("msgpack: {e}")));
             }
@@ -337,15 +370,16 @@ fn kernels(
             "amdhsa.kernels is not an array".into(),
         ));
     };
-    let image = CodeObject {
-        version: CodeObjectVersion::V6,
-        e_flags: 0,
-        segments: segments.to_vec(),
-        text: (0, Vec::new()),
-        symbols: Vec::new(),
-        kernels: Vec::new(),
-        metadata: rmpv::Value::Nil,
-    };
+    // Lookups by name and by address in maps (the first symbol in address order wins, as a
+    // scan would find it): a file with many kernels and symbols stays linear.
+    let mut by_name: HashMap<&str, &Symbol> = HashMap::new();
+    let mut functions: HashMap<u64, u64> = HashMap::new();
+    for s in symbols {
+        by_name.entry(s.name.as_str()).or_insert(s);
+        if s.kind == SymbolKind::Function {
+            functions.entry(s.address).or_insert(s.size);
+        }
+    }
     entries
         .iter()
         .map(|e| {
@@ -354,26 +388,24 @@ fn kernels(
                 kernel: meta.name.clone(),
                 problem: p,
             };
-            let kd = symbols
-                .iter()
-                .find(|s| s.name == meta.symbol)
+            let kd = by_name
+                .get(meta.symbol.as_str())
                 .ok_or_else(|| problem(format!("no descriptor symbol {}", meta.symbol)))?;
-            let bytes = image.read(kd.address, DESCRIPTOR_BYTES).ok_or_else(|| {
+            let bytes = read_image(segments, kd.address, DESCRIPTOR_BYTES).ok_or_else(|| {
                 problem(format!(
                     "descriptor at {:#x} is outside the loaded image",
                     kd.address
                 ))
             })?;
-            let descriptor =
-                KernelDescriptor::parse(bytes.as_slice().try_into().expect("64 bytes read"));
+            let bytes: &[u8; DESCRIPTOR_BYTES] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| problem(format!("descriptor at {:#x} is truncated", kd.address)))?;
+            let descriptor = KernelDescriptor::parse(bytes);
             let entry = kd
                 .address
                 .wrapping_add_signed(descriptor.kernel_code_entry_byte_offset);
-            let code_size = symbols
-                .iter()
-                .find(|s| s.address == entry && s.kind == SymbolKind::Function)
-                .map(|s| s.size)
-                .unwrap_or(0);
+            let code_size = functions.get(&entry).copied().unwrap_or(0);
             Ok(Kernel {
                 meta,
                 descriptor_address: kd.address,

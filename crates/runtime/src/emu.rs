@@ -10,13 +10,21 @@ use tilegen_emu::exec::launch::{EmuConfig, Emulator};
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 use tilegen_emu::exec::stats::{InstClass, Stats};
+use tilegen_emu::exec::{FaultKind, LaunchControl, Limits};
 
 use crate::{Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError, Signal};
 
 /// The emulated gfx950. Dispatches run to completion inside `dispatch` (workgroups in parallel
 /// on the host's cores); `wait` hands back the result.
+///
+/// The device enforces the emulator's [`Limits`] (device memory, grid size, per-wave
+/// instruction budget; see [`EmuConfig`]) and shares a [`LaunchControl`] with its user: raise
+/// its cancellation flag (a Ctrl-C handler) to stop a dispatch with
+/// [`RuntimeError::Interrupted`], read its progress counters from another thread.
 pub struct EmuDevice {
     emu: Mutex<Emulator>,
+    control: LaunchControl,
+    limits: Limits,
     modules: Mutex<HashMap<u64, Loaded>>,
     done: Mutex<HashMap<u64, Result<LaunchReport, RuntimeError>>>,
     next: AtomicU64,
@@ -39,14 +47,29 @@ impl EmuDevice {
         EmuDevice::with_config(EmuConfig::default())
     }
 
-    /// An emulator with explicit settings (instruction budget, threading).
+    /// An emulator with explicit settings (limits, threading, launch control).
     pub fn with_config(config: EmuConfig) -> Self {
         EmuDevice {
-            emu: Mutex::new(Emulator::with_config(DeviceMemory::new(), config)),
+            control: config.control.clone(),
+            limits: config.limits.clone(),
+            emu: Mutex::new(Emulator::with_config(
+                DeviceMemory::with_limit(config.limits.max_memory),
+                config,
+            )),
             modules: Mutex::new(HashMap::new()),
             done: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
+    }
+
+    /// The cancellation flag and progress counters of this device's launches.
+    pub fn control(&self) -> &LaunchControl {
+        &self.control
+    }
+
+    /// The limits this device enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     fn emu(&self) -> Result<MutexGuard<'_, Emulator>, RuntimeError> {
@@ -77,6 +100,7 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
         "waves": s.waves,
         "lds_out_of_range": s.lds_out_of_range,
         "buffer_out_of_range": s.buffer_out_of_range,
+        "lds_bank_conflict_cycles": s.lds_bank_conflict_cycles,
     })
 }
 
@@ -90,7 +114,7 @@ impl Device for EmuDevice {
         let p = emu
             .memory_mut()
             .alloc(bytes)
-            .map_err(|e| RuntimeError::Memory(format!("allocating {bytes} bytes: {e}")))?;
+            .map_err(|source| RuntimeError::Alloc { bytes, source })?;
         Ok(DevicePtr(p))
     }
 
@@ -117,16 +141,14 @@ impl Device for EmuDevice {
 
     fn load(&self, code_object: &[u8]) -> Result<Module, RuntimeError> {
         let co = Arc::new(CodeObject::parse(code_object)?);
-        let mut programs = HashMap::new();
-        {
-            let mut emu = self.emu()?;
-            for k in &co.kernels {
-                let p = emu
-                    .load(&co, k.name())
-                    .map_err(|e| RuntimeError::Device(format!("loading {}: {e}", k.name())))?;
-                programs.insert(k.name().to_string(), p);
-            }
-        }
+        // One image and one decoding of `.text` for all kernels of the code object.
+        let programs: HashMap<String, Program> = self
+            .emu()?
+            .load_all(&co)
+            .map_err(RuntimeError::Load)?
+            .into_iter()
+            .map(|p| (p.name().to_string(), p))
+            .collect();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let module = Module {
             id,
@@ -177,7 +199,11 @@ impl Device for EmuDevice {
                 wall: start.elapsed(),
                 stats: Some(stats_json(&stats)),
             })
-            .map_err(|fault| RuntimeError::Fault(fault.to_string()));
+            .map_err(|fault| match *fault.kind {
+                FaultKind::Cancelled => RuntimeError::Interrupted,
+                FaultKind::Limit(ref l) => RuntimeError::Limit(l.clone()),
+                _ => RuntimeError::Fault(Box::new(fault)),
+            });
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.done
             .lock()
@@ -197,5 +223,47 @@ impl Device for EmuDevice {
                     signal.0
                 )))
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tilegen_emu::exec::{AllocError, LimitError};
+
+    use super::*;
+
+    #[test]
+    fn allocations_over_the_limit_are_typed_errors() {
+        let dev = EmuDevice::with_config(EmuConfig {
+            limits: Limits {
+                max_memory: 1 << 20,
+                ..Limits::default()
+            },
+            ..EmuConfig::default()
+        });
+        assert_eq!(dev.limits().max_memory, 1 << 20);
+        let p = dev.alloc(1000).unwrap();
+        let e = dev.alloc(1 << 40).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                RuntimeError::Alloc {
+                    bytes: 1099511627776,
+                    source: AllocError::Limit(LimitError::Memory { limit: 1048576, .. })
+                }
+            ),
+            "{e}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        dev.free(p).unwrap();
+    }
+
+    #[test]
+    fn the_control_is_shared_with_the_caller() {
+        let config = EmuConfig::default();
+        let control = config.control.clone();
+        let dev = EmuDevice::with_config(config);
+        control.cancel();
+        assert!(dev.control().is_cancelled());
     }
 }

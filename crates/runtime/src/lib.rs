@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tilegen_codeobj::{CodeObject, CodeObjectError};
+use tilegen_emu::exec::{AllocError, Fault, LimitError, LoadError};
 
 pub use emu::{EmuDevice, stats_json};
 pub use kernargs::ArgValue;
+pub use tilegen_emu::exec::{EmuConfig, LaunchControl, Limits};
 
 /// An address in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -80,12 +82,33 @@ pub enum RuntimeError {
     /// An invalid launch shape.
     #[error("launch configuration: {0}")]
     Config(String),
-    /// A memory operation outside every allocation, or an exhausted device.
+    /// A memory operation outside every allocation.
     #[error("device memory: {0}")]
     Memory(String),
-    /// The kernel faulted (emulator: with the wave, PC and instruction).
+    /// An allocation was refused (over the device memory limit, or invalid).
+    #[error("allocating {bytes} bytes of device memory: {source}")]
+    Alloc {
+        /// Bytes requested.
+        bytes: u64,
+        /// Why it was refused.
+        #[source]
+        source: AllocError,
+    },
+    /// The kernels of a parsed code object could not be prepared (its image over the memory
+    /// limit, an entry outside `.text`, ...).
+    #[error("preparing the kernels: {0}")]
+    Load(#[source] LoadError),
+    /// A launch asks for more than the device's limits allow (grid size, memory for the waves
+    /// in flight); checked before anything runs.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The kernel faulted: the emulator's fault names the kernel, workgroup, wave, PC and
+    /// instruction, and its kind says what went wrong.
     #[error("kernel fault: {0}")]
-    Fault(String),
+    Fault(#[source] Box<Fault>),
+    /// The launch was cancelled (interrupted) before it finished.
+    #[error("interrupted: the launch was cancelled before it finished")]
+    Interrupted,
     /// A device-specific failure.
     #[error("{0}")]
     Device(String),

@@ -139,6 +139,66 @@ pub fn permute(addr: &[u32; 64], offset: u32, data: &[u32; 64], exec: u64) -> [u
     out
 }
 
+/// LDS banks on gfx950: 64 of 4 bytes.
+pub const LDS_BANKS: u64 = 64;
+
+/// Lanes served together in one LDS pass for a per-lane access of `bytes`: 256 bytes a clock, so
+/// 64 lanes of 4 bytes, 32 of 8 (lanes 0-31, then 32-63), or 16 of 16 (for 16-byte reads the
+/// groups are lanes {0-3, 12-15, 20-27} and {4-11, 16-19, 28-31}, then the same 32 higher).
+pub fn lds_phases(bytes: u32) -> &'static [u64] {
+    const ALL: [u64; 1] = [u64::MAX];
+    const HALVES: [u64; 2] = [0xffff_ffff, 0xffff_ffff << 32];
+    // Bits of the 16-lane groups of a 16-byte access.
+    const A: u64 = 0x0000_000f | 0x0000_f000 | 0x0ff0_0000;
+    const B: u64 = 0x0000_0ff0 | 0x000f_0000 | 0xf000_0000;
+    const QUARTERS: [u64; 4] = [A, B, A << 32, B << 32];
+    match bytes {
+        0..=4 => &ALL,
+        5..=8 => &HALVES,
+        _ => &QUARTERS,
+    }
+}
+
+/// Clocks a wave's LDS access loses to bank conflicts: in each pass (see [`lds_phases`]) the
+/// bank holding the most distinct dwords serializes the pass; lanes reading the same dword
+/// share it (a broadcast). `addr(l)` is lane `l`'s byte address; inactive lanes do not count.
+pub fn lds_conflict_cycles(addr: impl Fn(usize) -> u64, exec: u64, bytes: u32) -> u64 {
+    let dwords = u64::from(bytes.div_ceil(4).max(1));
+    let mut lost = 0;
+    for &phase in lds_phases(bytes) {
+        let lanes = phase & exec;
+        if lanes == 0 {
+            continue;
+        }
+        // A pass moves at most 256 bytes, so at most 64 dwords (12-byte reads: 48); sorting
+        // them finds the distinct ones without a map on this hot path.
+        let mut list = [0u64; 64];
+        let mut n = 0;
+        for l in (0..64).filter(|l| lanes >> l & 1 != 0) {
+            let first = addr(l) / 4;
+            for d in first..first + dwords {
+                if n < list.len() {
+                    list[n] = d;
+                    n += 1;
+                }
+            }
+        }
+        let list = &mut list[..n];
+        list.sort_unstable();
+        let mut per_bank = [0u32; LDS_BANKS as usize];
+        let mut prev = None;
+        for &d in list.iter() {
+            if prev != Some(d) {
+                per_bank[(d % LDS_BANKS) as usize] += 1;
+                prev = Some(d);
+            }
+        }
+        let worst = per_bank.iter().copied().max().unwrap_or(1).max(1);
+        lost += u64::from(worst - 1);
+    }
+    lost
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +317,40 @@ mod tests {
         // Collision: every lane targets lane 0: the highest active lane wins.
         let p = permute(&[0; 64], 0, &data, u64::MAX >> 1);
         assert_eq!(p[0], 162);
+    }
+
+    #[test]
+    fn bank_conflicts_follow_the_pass_rules() {
+        let all = u64::MAX;
+        // Consecutive dwords, and one dword broadcast to every lane: no conflict.
+        assert_eq!(lds_conflict_cycles(|l| 4 * l as u64, all, 4), 0);
+        assert_eq!(lds_conflict_cycles(|_| 128, all, 4), 0);
+        // A 256-byte stride puts every lane's dword in bank 0: 64 dwords in one pass.
+        assert_eq!(lds_conflict_cycles(|l| 256 * l as u64, all, 4), 63);
+        // Lanes l and l + 32 share a dword (a broadcast); the 32 dwords alternate banks 0 and
+        // 32: 16-way. Two halves on distinct dwords of the same banks: 2-way.
+        assert_eq!(lds_conflict_cycles(|l| 128 * (l % 32) as u64, all, 4), 15);
+        assert_eq!(
+            lds_conflict_cycles(|l| 4 * (l % 32) as u64 + 256 * (l / 32) as u64, all, 4),
+            1
+        );
+        // 16-byte reads of consecutive chunks: each pass covers 256 bytes, conflict-free.
+        assert_eq!(lds_conflict_cycles(|l| 16 * l as u64, all, 16), 0);
+        // 16-byte reads of rows 256 bytes apart: every lane of a pass on banks 0-3, 16-way.
+        assert_eq!(lds_conflict_cycles(|l| 256 * l as u64, all, 16), 4 * 15);
+        // 2-way and 4-way patterns: rows 128 and 64 bytes apart... within a 16-lane pass,
+        // 16 rows of 128 bytes land on two bank groups (8 dwords each), 64 bytes on four.
+        assert_eq!(lds_conflict_cycles(|l| 128 * l as u64, all, 16), 4 * 7);
+        assert_eq!(lds_conflict_cycles(|l| 64 * l as u64, all, 16), 4 * 3);
+        // 8-byte reads: two passes of 32 lanes.
+        assert_eq!(lds_conflict_cycles(|l| 8 * l as u64, all, 8), 0);
+        assert_eq!(lds_conflict_cycles(|l| 512 * l as u64, all, 8), 2 * 31);
+        // Inactive lanes are free.
+        assert_eq!(lds_conflict_cycles(|l| 256 * l as u64, 1, 4), 0);
+        // The 16-byte pass groups are the documented lane sets.
+        let groups = lds_phases(16);
+        assert_eq!(groups.iter().fold(0, |a, g| a | g), u64::MAX);
+        assert_eq!(groups.iter().map(|g| g.count_ones()).sum::<u32>(), 64);
+        assert!(groups.iter().all(|g| g.count_ones() == 16));
     }
 }

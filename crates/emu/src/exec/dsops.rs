@@ -251,11 +251,32 @@ fn atomic_kind(op: Opcode) -> Option<(Rmw, bool, bool)> {
 /// Executes a DS instruction.
 pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<(), FaultKind> {
     let exec = w.exec();
+    if let Some(bytes) = plain_access_bytes(i.op)
+        && let Ok(a) = read_v32(w, i.operand(Role::Addr), ValueType::B32)
+    {
+        let off = i.mem.offset as u16 as u64;
+        env.stats.lds_bank_conflict_cycles +=
+            super::ds::lds_conflict_cycles(|l| a[l] as u64 + off, exec, bytes);
+    }
     let before = lds.out_of_range;
     let r = exec_inner(w, lds, i, exec);
     env.stats.lds_out_of_range += lds.out_of_range - before;
     let _ = ValueType::B32;
     r
+}
+
+/// Bytes per lane of the single-address loads and stores, whose bank conflicts are counted.
+fn plain_access_bytes(op: Opcode) -> Option<u32> {
+    use Opcode::*;
+    Some(match op {
+        DS_READ_B32 | DS_WRITE_B32 => 4,
+        DS_READ_B64 | DS_WRITE_B64 => 8,
+        DS_READ_B96 | DS_WRITE_B96 => 12,
+        DS_READ_B128 | DS_WRITE_B128 => 16,
+        DS_READ_U16 | DS_READ_I16 | DS_WRITE_B16 => 2,
+        DS_READ_U8 | DS_READ_I8 | DS_WRITE_B8 => 1,
+        _ => return None,
+    })
 }
 
 fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), FaultKind> {

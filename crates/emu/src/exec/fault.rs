@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::buffer::BufferError;
+use super::limits::LimitError;
 use super::memory::{MemFault, ScratchFault};
 use super::mfma::MfmaError;
 
@@ -37,14 +38,18 @@ pub enum FaultKind {
     /// A register operand is outside the register file.
     #[error("register {0} is outside the register file")]
     BadRegister(String),
-    /// The launch executed more instructions than its budget allows.
-    #[error("instruction budget of {budget} exhausted")]
+    /// The wave executed as many instructions as its per-wave budget allows
+    /// ([`Limits::wave_instruction_budget`](super::limits::Limits::wave_instruction_budget)):
+    /// most likely an endless loop.
+    #[error(
+        "the wave executed its budget of {budget} instructions without ending (an endless loop? Limits::wave_instruction_budget raises the budget)"
+    )]
     Budget {
-        /// The budget.
+        /// The per-wave budget.
         budget: u64,
     },
-    /// Waves wait at a barrier the others never reach: the instruction budget ran out
-    /// while they waited.
+    /// Waves wait at a barrier the others never reach: a running wave used up its
+    /// instruction budget while they waited.
     #[error(
         "barrier deadlock: waves {waiting:?} wait at s_barrier while waves {running:?} used up the instruction budget without reaching it"
     )]
@@ -63,6 +68,13 @@ pub enum FaultKind {
     /// The launch parameters are invalid (checked before any wave runs).
     #[error("invalid launch: {0}")]
     Launch(String),
+    /// The launch asks for more than the emulator's limits allow (checked before any wave
+    /// runs, and before anything is allocated).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The launch was cancelled through its [`LaunchControl`](super::limits::LaunchControl).
+    #[error("cancelled (interrupted)")]
+    Cancelled,
     /// Another workgroup faulted first; this one was stopped early.
     #[error("stopped because another workgroup faulted")]
     Aborted,
@@ -101,9 +113,12 @@ impl fmt::Display for Fault {
     }
 }
 
+/// The message already includes the kind's, so the source is the kind's own source (as for a
+/// transparent error): error-chain printers show each cause once. The kind itself is the
+/// [`Fault::kind`] field.
 impl std::error::Error for Fault {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.kind)
+        std::error::Error::source(&*self.kind)
     }
 }
 

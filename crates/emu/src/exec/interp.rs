@@ -85,8 +85,8 @@ pub fn classify(inst: &Inst) -> InstClass {
 pub fn step(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds) -> Result<Step, FaultKind> {
     let (slot, inst) = env.prog.slot(w.pc)?;
     let next = w.pc + inst.size as u64;
+    // `w.executed` was counted by the scheduler, which enforces the per-wave budget.
     env.counts[slot] += 1;
-    w.executed += 1;
     use Encoding::*;
     let flow = match inst.encoding {
         Sop1 | Sop2 | Sopk | Sopc | Sopp => salu::exec(w, inst, next)?,

@@ -5,7 +5,8 @@ use tilegen_codeobj::CodeObject;
 
 use super::fault::{Fault, FaultKind};
 use super::interp::{self, Env};
-use super::memory::{DeviceMemory, LDS_MAX, Lds};
+use super::limits::{LaunchControl, LimitError, Limits, WAVE_REGISTER_BYTES};
+use super::memory::{DeviceMemory, LDS_GRANULE, LDS_MAX, Lds, Scratch};
 use super::program::{LoadError, Program};
 use super::sched::{self, Budget};
 use super::setup::{DispatchState, KernelSetup, init_wave};
@@ -13,22 +14,15 @@ use super::stats::Stats;
 use super::wave::Wave;
 
 /// Emulator settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct EmuConfig {
-    /// Wave-instructions one launch may execute before it is stopped with a fault.
-    pub instruction_budget: u64,
+    /// Resource limits: device memory, grid size, per-wave instruction budget.
+    pub limits: Limits,
     /// Run workgroups on the calling thread only (otherwise rayon's pool runs them in
     /// parallel; results are identical either way for race-free kernels).
     pub single_threaded: bool,
-}
-
-impl Default for EmuConfig {
-    fn default() -> Self {
-        EmuConfig {
-            instruction_budget: 50_000_000_000,
-            single_threaded: false,
-        }
-    }
+    /// Cancellation flag and progress counters shared with the caller.
+    pub control: LaunchControl,
 }
 
 /// A gfx950 device emulated on the CPU: device memory plus the ability to run kernels on it.
@@ -45,17 +39,21 @@ const DISPATCH_PACKET_BYTES: usize = 64;
 const QUEUE_BYTES: u64 = 256;
 
 impl Emulator {
-    /// An emulator owning `memory`.
+    /// An emulator owning `memory` (whose size limit it keeps as `limits.max_memory`).
     pub fn new(memory: DeviceMemory) -> Emulator {
+        let mut config = EmuConfig::default();
+        config.limits.max_memory = memory.limit();
         Emulator {
             memory,
-            config: EmuConfig::default(),
+            config,
             dispatch_id: 0,
         }
     }
 
-    /// An emulator with explicit settings.
-    pub fn with_config(memory: DeviceMemory, config: EmuConfig) -> Emulator {
+    /// An emulator with explicit settings (`config.limits.max_memory` becomes the memory's
+    /// limit).
+    pub fn with_config(mut memory: DeviceMemory, config: EmuConfig) -> Emulator {
+        memory.set_limit(config.limits.max_memory);
         Emulator {
             memory,
             config,
@@ -64,6 +62,12 @@ impl Emulator {
     }
 
     /// The settings.
+    pub fn config(&self) -> &EmuConfig {
+        &self.config
+    }
+
+    /// The settings, for changing (a new `limits.max_memory` applies from the next
+    /// allocation, load or launch on).
     pub fn config_mut(&mut self) -> &mut EmuConfig {
         &mut self.config
     }
@@ -73,8 +77,9 @@ impl Emulator {
         &self.memory
     }
 
-    /// Device memory for allocation.
+    /// Device memory for allocation (limited to `limits.max_memory` bytes).
     pub fn memory_mut(&mut self) -> &mut DeviceMemory {
+        self.memory.set_limit(self.config.limits.max_memory);
         &mut self.memory
     }
 
@@ -85,7 +90,12 @@ impl Emulator {
 
     /// Loads kernel `name` of a code object (its image goes into device memory).
     pub fn load(&mut self, co: &CodeObject, name: &str) -> Result<Program, LoadError> {
-        Program::load(&mut self.memory, co, name)
+        Program::load(self.memory_mut(), co, name)
+    }
+
+    /// Loads every kernel of a code object (one image in device memory, `.text` decoded once).
+    pub fn load_all(&mut self, co: &CodeObject) -> Result<Vec<Program>, LoadError> {
+        Program::load_all(self.memory_mut(), co)
     }
 
     /// Loads raw machine code as a kernel starting at its first byte.
@@ -95,12 +105,19 @@ impl Emulator {
         code: &[u8],
         setup: KernelSetup,
     ) -> Result<Program, LoadError> {
-        Program::load_code(&mut self.memory, name, code, setup)
+        Program::load_code(self.memory_mut(), name, code, setup)
     }
 
     /// Runs `prog` on a grid of `grid` workgroups of `block` work-items, with `kernarg`
     /// as the kernel argument segment (hidden arguments included; zero-padded to the
     /// descriptor's size) and `dynamic_lds` bytes of LDS on top of the static amount.
+    ///
+    /// Before anything runs or is allocated the launch is checked against the limits of
+    /// [`EmuConfig::limits`]: the grid's workgroups and work-items, and device memory for the
+    /// kernarg segment plus the registers, scratch and LDS of every wave the host threads
+    /// will have in flight. Workgroups are streamed (nothing proportional to the grid is
+    /// allocated), the control's progress counter counts finished workgroups, and a raised
+    /// cancellation flag stops the launch with [`FaultKind::Cancelled`].
     pub fn launch(
         &mut self,
         prog: &Program,
@@ -109,45 +126,59 @@ impl Emulator {
         kernarg: &[u8],
         dynamic_lds: u32,
     ) -> Result<Stats, Fault> {
-        let launch_fault = |msg: String| Fault {
+        let launch_fault = |kind: FaultKind| Fault {
             kernel: prog.name().to_string(),
             workgroup: [0; 3],
             wave: 0,
             pc: prog.entry(),
             inst: String::new(),
-            kind: Box::new(FaultKind::Launch(msg)),
+            kind: Box::new(kind),
         };
+        let invalid = |msg: String| launch_fault(FaultKind::Launch(msg));
         let setup = prog.setup().clone();
         let threads = block.iter().map(|&b| b as u64).product::<u64>();
         if grid.contains(&0) || block.contains(&0) {
-            return Err(launch_fault(format!(
-                "empty grid {grid:?} or block {block:?}"
-            )));
+            return Err(invalid(format!("empty grid {grid:?} or block {block:?}")));
         }
         if threads > 1024 {
-            return Err(launch_fault(format!(
+            return Err(invalid(format!(
                 "{threads} work-items per workgroup (at most 1024)"
             )));
         }
         let lds_bytes = setup.group_segment_fixed_size as u64 + dynamic_lds as u64;
         if lds_bytes > LDS_MAX as u64 {
-            return Err(launch_fault(format!(
+            return Err(invalid(format!(
                 "{lds_bytes} bytes of LDS (at most {LDS_MAX})"
             )));
         }
         if setup.code_properties >> 10 & 1 != 0 {
-            return Err(launch_fault(
-                "wave32 kernel (gfx950 runs wave64 only)".into(),
-            ));
+            return Err(invalid("wave32 kernel (gfx950 runs wave64 only)".into()));
         }
-        let mut karg = kernarg.to_vec();
-        karg.resize(karg.len().max(setup.kernarg_size as usize).max(4), 0);
+        let limits = self.config.limits.clone();
+        limits
+            .check_grid(grid, block)
+            .map_err(|e| launch_fault(e.into()))?;
+        // `check_grid` compared the product with a u64 limit, so it fits in a u64.
+        let total = grid.iter().map(|&g| g as u64).product::<u64>();
+        let waves_per_wg = threads.div_ceil(64);
 
-        // Kernarg segment, dispatch packet and queue live in device memory for the launch.
-        let alloc = |m: &mut DeviceMemory, bytes: &[u8]| {
-            m.upload(bytes).map_err(|e| launch_fault(e.to_string()))
+        // Kernarg segment, dispatch packet and queue live in device memory for the launch;
+        // every allocation is checked against the memory limit first.
+        let karg_len = (kernarg.len() as u64).max(setup.kernarg_size as u64).max(4);
+        let single_threaded = self.config.single_threaded;
+        self.memory.set_limit(limits.max_memory);
+        let memory = &mut self.memory;
+        let alloc_fault = |e: super::memory::AllocError| match e {
+            super::memory::AllocError::Limit(l) => launch_fault(l.into()),
+            e => invalid(format!("allocating launch state: {e}")),
         };
-        let kernarg_addr = alloc(&mut self.memory, &karg)?;
+        let kernarg_addr = memory.alloc(karg_len).map_err(alloc_fault)?;
+        let mut allocated = vec![kernarg_addr];
+        let release = |m: &mut DeviceMemory, addrs: &[u64]| {
+            for &a in addrs {
+                let _ = m.free(a);
+            }
+        };
         let mut packet = [0u8; DISPATCH_PACKET_BYTES];
         let dims = if block[2] > 1 || grid[2] > 1 {
             3u16
@@ -165,19 +196,47 @@ impl Emulator {
         packet[24..28].copy_from_slice(&setup.private_segment_fixed_size.to_le_bytes());
         packet[28..32].copy_from_slice(&(lds_bytes as u32).to_le_bytes());
         packet[40..48].copy_from_slice(&kernarg_addr.to_le_bytes());
-        let dispatch_ptr = match alloc(&mut self.memory, &packet) {
+        let prepared = (|| -> Result<(u64, u64), Fault> {
+            memory
+                .write(kernarg_addr, kernarg)
+                .map_err(|e| invalid(format!("writing the kernarg segment: {e}")))?;
+            let dispatch_ptr = memory.upload(&packet).map_err(alloc_fault)?;
+            allocated.push(dispatch_ptr);
+            let queue_ptr = memory
+                .upload(&[0u8; QUEUE_BYTES as usize])
+                .map_err(alloc_fault)?;
+            allocated.push(queue_ptr);
+            // What the host threads hold while workgroups run: each thread keeps the register
+            // files and scratch of one workgroup's waves, its LDS and per-instruction counters.
+            let in_flight = if single_threaded {
+                1
+            } else {
+                (rayon::current_num_threads() as u64).clamp(1, total)
+            };
+            let scratch = Scratch::bytes_per_wave(setup.private_segment_fixed_size);
+            let lds_host = lds_bytes.div_ceil(LDS_GRANULE as u64) * LDS_GRANULE as u64;
+            let per_thread = WAVE_REGISTER_BYTES
+                .checked_add(scratch)
+                .and_then(|w| w.checked_mul(waves_per_wg))
+                .and_then(|w| w.checked_add(lds_host))
+                .and_then(|w| w.checked_add(8 * prog.instruction_count() as u64))
+                .and_then(|w| w.checked_mul(in_flight));
+            let what = format!(
+                "the registers, scratch and LDS of {in_flight} workgroup(s) in flight ({waves_per_wg} wave(s) each, {} scratch bytes per work-item)",
+                setup.private_segment_fixed_size
+            );
+            let working = per_thread
+                .ok_or_else(|| launch_fault(LimitError::Overflow { what: what.clone() }.into()))?;
+            memory
+                .check_available(&what, working)
+                .map_err(|e| launch_fault(e.into()))?;
+            Ok((dispatch_ptr, queue_ptr))
+        })();
+        let (dispatch_ptr, queue_ptr) = match prepared {
             Ok(p) => p,
-            Err(e) => {
-                let _ = self.memory.free(kernarg_addr);
-                return Err(e);
-            }
-        };
-        let queue_ptr = match alloc(&mut self.memory, &[0u8; QUEUE_BYTES as usize]) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = self.memory.free(kernarg_addr);
-                let _ = self.memory.free(dispatch_ptr);
-                return Err(e);
+            Err(f) => {
+                release(memory, &allocated);
+                return Err(f);
             }
         };
         self.dispatch_id += 1;
@@ -186,7 +245,8 @@ impl Emulator {
             dispatch_ptr,
             queue_ptr,
             dispatch_id: self.dispatch_id,
-            kernarg: karg,
+            // The host copy serves kernarg preloading; bytes past it read as the zero padding.
+            kernarg: kernarg.to_vec(),
             block,
             grid,
         };
@@ -196,83 +256,165 @@ impl Emulator {
             &self.config,
             &setup,
             &dispatch,
+            total,
+            waves_per_wg as u32,
             lds_bytes as u32,
         );
-        for a in [kernarg_addr, dispatch_ptr, queue_ptr] {
-            let _ = self.memory.free(a);
-        }
+        release(&mut self.memory, &allocated);
         result
     }
 }
 
-/// Runs every workgroup of the grid.
+/// How one workgroup ended.
+enum Ended {
+    /// It ran to the end.
+    Done(Stats),
+    /// It faulted (or noticed a stop condition while running).
+    Fault(Fault),
+    /// It did not start: the launch had stopped (a fault elsewhere, or cancellation). Costs
+    /// no allocation, so a stopped launch skips the rest of a huge grid quickly.
+    Skipped,
+}
+
+/// What the workgroups of a launch add up to so far: counters of the ones that finished, the
+/// lowest-numbered real fault, and the lowest-numbered workgroup stopped by cancellation.
+#[derive(Default)]
+struct Outcome {
+    stats: Stats,
+    fault: Option<(u64, Fault)>,
+    cancelled: Option<(u64, Fault)>,
+}
+
+impl Outcome {
+    fn add(mut self, index: u64, r: Ended) -> Outcome {
+        match r {
+            Ended::Done(s) => self.stats.merge(&s),
+            Ended::Fault(f) => self.offer(index, f),
+            Ended::Skipped => {}
+        }
+        self
+    }
+
+    fn offer(&mut self, index: u64, f: Fault) {
+        // Aborted workgroups only stop because a lower-numbered one faulted: never reported.
+        let slot = match *f.kind {
+            FaultKind::Aborted => return,
+            FaultKind::Cancelled => &mut self.cancelled,
+            _ => &mut self.fault,
+        };
+        if slot.as_ref().is_none_or(|(j, _)| index < *j) {
+            *slot = Some((index, f));
+        }
+    }
+
+    fn merge(mut self, other: Outcome) -> Outcome {
+        self.stats.merge(&other.stats);
+        for (i, f) in other.fault.into_iter().chain(other.cancelled) {
+            self.offer(i, f);
+        }
+        self
+    }
+}
+
+/// Workgroups handed to the thread pool at a time.
+const GRID_CHUNK: u64 = 1 << 16;
+
+/// Runs every workgroup of the grid, streaming: workgroup indices are generated as they
+/// are run and results are folded as they come, so memory does not grow with the grid.
+#[allow(clippy::too_many_arguments)]
 fn run_grid(
     prog: &Program,
     mem: &DeviceMemory,
     config: &EmuConfig,
     setup: &KernelSetup,
     d: &DispatchState,
+    total: u64,
+    waves_per_wg: u32,
     lds_bytes: u32,
 ) -> Result<Stats, Fault> {
-    let budget = Budget::new(config.instruction_budget);
-    let total = d.grid.iter().map(|&g| g as u64).product::<u64>();
-    let threads = d.block.iter().map(|&b| b as u64).product::<u64>();
-    let waves_per_wg = threads.div_ceil(64) as u32;
-    let run = |index: u64, cache: &mut ThreadCache| -> Result<Stats, (u64, Fault)> {
-        let wg = [
+    let control = &config.control;
+    let budget =
+        Budget::new(config.limits.wave_instruction_budget).with_cancel(control.cancel_flag());
+    control.start(total);
+    let wg_of = |index: u64| {
+        [
             (index % d.grid[0] as u64) as u32,
             ((index / d.grid[0] as u64) % d.grid[1] as u64) as u32,
             (index / (d.grid[0] as u64 * d.grid[1] as u64)) as u32,
-        ];
-        run_workgroup(
+        ]
+    };
+    let run = |index: u64, cache: &mut ThreadCache| -> Ended {
+        if budget.stop(index).is_some() {
+            return Ended::Skipped;
+        }
+        let r = run_workgroup(
             prog,
             mem,
             setup,
             d,
             &budget,
             index,
-            wg,
+            wg_of(index),
             waves_per_wg,
             lds_bytes,
             cache,
-        )
-        .map_err(|f| {
-            budget.record_fault(index);
-            (index, f)
-        })
-    };
-    let results: Vec<Result<Stats, (u64, Fault)>> = if config.single_threaded {
-        let mut cache = ThreadCache::default();
-        (0..total).map(|i| run(i, &mut cache)).collect()
-    } else {
-        (0..total)
-            .into_par_iter()
-            .map_init(ThreadCache::default, |cache, i| run(i, cache))
-            .collect()
-    };
-    let mut stats = Stats::default();
-    let mut first: Option<(u64, Fault)> = None;
-    for r in results {
+        );
         match r {
-            Ok(s) => stats.merge(&s),
-            Err((i, f)) => {
-                let real = *f.kind != FaultKind::Aborted;
-                let better = match &first {
-                    None => true,
-                    Some((j, g)) => {
-                        (real && *g.kind == FaultKind::Aborted)
-                            || (real == (*g.kind != FaultKind::Aborted) && i < *j)
-                    }
-                };
-                if better {
-                    first = Some((i, f));
+            Ok(s) => {
+                control.workgroup_done();
+                Ended::Done(s)
+            }
+            Err(f) => {
+                if !matches!(*f.kind, FaultKind::Aborted | FaultKind::Cancelled) {
+                    budget.record_fault(index);
                 }
+                Ended::Fault(f)
             }
         }
+    };
+    // The grid goes in chunks: once a chunk has faulted or the launch is cancelled, the
+    // workgroups of later chunks (all numbered higher) are not even visited.
+    let mut outcome = Outcome::default();
+    let mut cache = ThreadCache::default();
+    let mut start = 0u64;
+    while start < total {
+        let end = start.saturating_add(GRID_CHUNK).min(total);
+        let part = if config.single_threaded {
+            (start..end).fold(Outcome::default(), |acc, i| {
+                let r = run(i, &mut cache);
+                acc.add(i, r)
+            })
+        } else {
+            (start..end)
+                .into_par_iter()
+                .map_init(ThreadCache::default, |cache, i| (i, run(i, cache)))
+                .fold(Outcome::default, |acc, (i, r)| acc.add(i, r))
+                .reduce(Outcome::default, Outcome::merge)
+        };
+        outcome = outcome.merge(part);
+        if outcome.fault.is_some() || control.is_cancelled() {
+            break;
+        }
+        start = end;
     }
-    match first {
+    if let Some((_, f)) = outcome.fault {
+        return Err(f);
+    }
+    if control.is_cancelled() {
+        // Cancelled: report where a running workgroup noticed, else the first one skipped.
+        let f = outcome.cancelled.map(|(_, f)| f).unwrap_or_else(|| Fault {
+            kernel: prog.name().to_string(),
+            workgroup: wg_of(control.progress().0.min(total - 1)),
+            wave: 0,
+            pc: prog.entry(),
+            inst: String::new(),
+            kind: Box::new(FaultKind::Cancelled),
+        });
+        return Err(f);
+    }
+    match outcome.cancelled {
         Some((_, f)) => Err(f),
-        None => Ok(stats),
+        None => Ok(outcome.stats),
     }
 }
 
@@ -300,17 +442,17 @@ fn run_workgroup(
     // Reuse the register files and counters of earlier workgroups on this thread.
     let ThreadCache { waves, counts } = cache;
     while waves.len() < n_waves as usize {
-        waves.push(Wave::new(
-            waves.len() as u32,
-            setup.private_segment_fixed_size,
-        ));
+        let w = Wave::try_new(waves.len() as u32, setup.private_segment_fixed_size)
+            .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
+        waves.push(w);
     }
     let waves = &mut waves[..n_waves as usize];
     // A faulted workgroup leaves its counts behind; start from zero.
     counts.clear();
     counts.resize(prog.instruction_count(), 0);
     for (k, w) in waves.iter_mut().enumerate() {
-        w.reset(k as u32, setup.private_segment_fixed_size);
+        w.reset(k as u32, setup.private_segment_fixed_size)
+            .map_err(|e| fault(k as u32, prog.entry(), e.into()))?;
         w.pc = init_wave(setup, d, wg, k as u32, n_waves, prog.entry(), w)
             .map_err(|e| fault(k as u32, prog.entry(), e))?;
     }
@@ -468,7 +610,7 @@ mod tests {
     #[test]
     fn endless_loop_runs_out_of_budget() {
         let mut emu = Emulator::new(DeviceMemory::new());
-        emu.config_mut().instruction_budget = 100_000;
+        emu.config_mut().limits.wave_instruction_budget = 100_000;
         let prog = emu
             .load_code(
                 "spin",
@@ -503,5 +645,166 @@ mod tests {
         emu.launch(&prog, [2, 1, 1], [64, 1, 1], &[0; 8], 0)
             .unwrap();
         assert_eq!(emu.memory().allocation_count(), before);
+    }
+
+    fn descriptor_with_scratch(private: u32) -> KernelSetup {
+        let mut kd = [0u8; 64];
+        kd[4..8].copy_from_slice(&private.to_le_bytes());
+        kd[8..12].copy_from_slice(&8u32.to_le_bytes());
+        KernelSetup::from_descriptor(&kd)
+    }
+
+    /// With the default limits an endless single-wave loop stops within seconds, with a fault
+    /// naming the wave and the PC of the loop.
+    #[test]
+    fn an_endless_wave_stops_within_seconds_by_default() {
+        let mut emu = Emulator::new(DeviceMemory::new());
+        let prog = emu
+            .load_code(
+                "spin",
+                &code(&[
+                    0xbf800000, /* s_nop 0 */
+                    0xbf82ffff, /* s_branch -1 */
+                ]),
+                descriptor(0),
+            )
+            .unwrap();
+        let t = std::time::Instant::now();
+        let f = emu
+            .launch(&prog, [1, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(
+            *f.kind,
+            FaultKind::Budget {
+                budget: crate::exec::limits::DEFAULT_WAVE_INSTRUCTION_BUDGET
+            }
+        );
+        assert_eq!((f.wave, f.pc), (0, prog.entry() + 4));
+        assert!(f.to_string().contains("wave 0"), "{f}");
+        assert!(secs < 10.0, "{secs:.1} s");
+        eprintln!("endless loop stopped after {secs:.2} s");
+    }
+
+    #[test]
+    fn a_huge_private_segment_is_refused_before_allocation() {
+        let mut emu = Emulator::new(DeviceMemory::with_limit(1 << 30));
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), descriptor_with_scratch(u32::MAX))
+            .unwrap();
+        let before = emu.memory().allocation_count();
+        let f = emu
+            .launch(&prog, [4, 1, 1], [256, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        match &*f.kind {
+            FaultKind::Limit(LimitError::Memory {
+                requested, limit, ..
+            }) => {
+                assert!(*requested > 4 * 64 * u32::MAX as u64, "{f}");
+                assert_eq!(*limit, 1 << 30);
+            }
+            k => panic!("unexpected {k:?}"),
+        }
+        assert!(f.to_string().contains("max_memory"), "{f}");
+        assert_eq!(emu.memory().allocation_count(), before);
+        // A modest private segment fits.
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), descriptor_with_scratch(1024))
+            .unwrap();
+        emu.launch(&prog, [4, 1, 1], [256, 1, 1], &[0; 8], 0)
+            .unwrap();
+    }
+
+    #[test]
+    fn grids_over_the_limits_are_refused_and_large_ones_stream() {
+        let mut emu = Emulator::new(DeviceMemory::new());
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), descriptor(0))
+            .unwrap();
+        let f = emu
+            .launch(&prog, [65536, 65536, 1], [256, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert!(
+            matches!(*f.kind, FaultKind::Limit(LimitError::Workgroups { .. })),
+            "{f}"
+        );
+        let f = emu
+            .launch(&prog, [u32::MAX; 3], [1024, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert!(matches!(*f.kind, FaultKind::Limit(_)), "{f}");
+        emu.config_mut().limits.max_work_items = 1000;
+        let f = emu
+            .launch(&prog, [4, 1, 1], [256, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert!(
+            matches!(*f.kind, FaultKind::Limit(LimitError::WorkItems { .. })),
+            "{f}"
+        );
+        // Half a million workgroups run without memory proportional to the grid; the
+        // progress counter follows.
+        emu.config_mut().limits.max_work_items = u64::MAX;
+        let control = emu.config().control.clone();
+        let stats = emu
+            .launch(&prog, [1 << 19, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap();
+        assert_eq!(stats.workgroups, 1 << 19);
+        assert_eq!(control.progress(), (1 << 19, 1 << 19));
+    }
+
+    #[test]
+    fn a_cancelled_launch_stops_cleanly() {
+        let mut emu = Emulator::new(DeviceMemory::new());
+        let prog = emu
+            .load_code("spin", &code(&[0xbf82ffff]), descriptor(0))
+            .unwrap();
+        // Only the cancellation can stop this launch.
+        emu.config_mut().limits.wave_instruction_budget = u64::MAX;
+        let control = emu.config().control.clone();
+        let canceller = {
+            let control = control.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                control.cancel();
+            })
+        };
+        let t = std::time::Instant::now();
+        let f = emu
+            .launch(&prog, [64, 1, 1], [256, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        canceller.join().unwrap();
+        assert_eq!(*f.kind, FaultKind::Cancelled, "{f}");
+        assert!(t.elapsed().as_secs_f64() < 5.0);
+        // The flag stays raised until reset, and a huge grid is not even walked through.
+        emu.config_mut().limits.max_workgroups = u64::MAX;
+        emu.config_mut().limits.max_work_items = u64::MAX;
+        let t = std::time::Instant::now();
+        let f = emu
+            .launch(&prog, [1 << 24, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert_eq!(*f.kind, FaultKind::Cancelled);
+        assert!(t.elapsed().as_secs_f64() < 1.0, "{:?}", t.elapsed());
+        control.reset();
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), descriptor(0))
+            .unwrap();
+        emu.launch(&prog, [1, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_kernarg_segment_over_the_memory_limit_is_refused() {
+        let mut emu = Emulator::new(DeviceMemory::with_limit(1 << 20));
+        let mut kd = [0u8; 64];
+        kd[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let prog = emu
+            .load_code("k", &code(&[0xbf810000]), KernelSetup::from_descriptor(&kd))
+            .unwrap();
+        let f = emu
+            .launch(&prog, [1, 1, 1], [64, 1, 1], &[0; 8], 0)
+            .unwrap_err();
+        assert!(
+            matches!(*f.kind, FaultKind::Limit(LimitError::Memory { .. })),
+            "{f}"
+        );
     }
 }

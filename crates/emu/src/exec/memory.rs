@@ -12,6 +12,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::limits::{LimitError, default_max_memory};
+
 /// Base of the first allocation. Far above 4 GiB so that a pointer truncated to 32 bits
 /// never lands in the heap, and never 0 so that null is always a fault.
 pub const HEAP_BASE: u64 = 0x0000_1000_0000_0000;
@@ -103,6 +105,9 @@ pub enum AllocError {
     /// `free` was given an address that is not the base of a live allocation.
     #[error("{0:#x} is not the base of a live allocation")]
     NotAllocated(u64),
+    /// The allocation would exceed the device memory limit (or the host refused it).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
 }
 
 struct Allocation {
@@ -113,10 +118,18 @@ struct Allocation {
 
 /// The global heap. Host code allocates and copies with `&mut self`/`&self`; kernels read and
 /// write through `&self` from any thread.
+///
+/// The heap has a size limit ([`DeviceMemory::limit`]): every allocation is checked against it
+/// before any host memory is taken, and launches check the memory their waves need against
+/// what is left ([`DeviceMemory::check_available`]).
 pub struct DeviceMemory {
     /// Live allocations sorted by base.
     allocs: Vec<Allocation>,
     next_base: u64,
+    /// Host bytes the live allocations hold.
+    in_use: u64,
+    /// Most host bytes the allocations may hold.
+    limit: u64,
 }
 
 impl Default for DeviceMemory {
@@ -136,12 +149,47 @@ impl fmt::Debug for DeviceMemory {
 }
 
 impl DeviceMemory {
-    /// An empty heap.
+    /// An empty heap limited to [`default_max_memory`] bytes.
     pub fn new() -> Self {
+        Self::with_limit(default_max_memory())
+    }
+
+    /// An empty heap of at most `limit` bytes.
+    pub fn with_limit(limit: u64) -> Self {
         DeviceMemory {
             allocs: Vec::new(),
             next_base: HEAP_BASE,
+            in_use: 0,
+            limit,
         }
+    }
+
+    /// The size limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Changes the size limit (live allocations stay even if they exceed a lowered limit).
+    pub fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// Host bytes the live allocations hold (sizes rounded up to 8 bytes).
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// Checks that `bytes` more host memory for `what` stay within the limit.
+    pub fn check_available(&self, what: &str, bytes: u64) -> Result<(), LimitError> {
+        if bytes > self.limit.saturating_sub(self.in_use) {
+            return Err(LimitError::Memory {
+                what: what.to_string(),
+                requested: bytes,
+                in_use: self.in_use,
+                limit: self.limit,
+            });
+        }
+        Ok(())
     }
 
     /// Allocates `size` zeroed bytes at a page-aligned base and returns the base.
@@ -157,6 +205,11 @@ impl DeviceMemory {
         if !align.is_power_of_two() {
             return Err(AllocError::BadAlignment(align));
         }
+        // Checked against the limit first: an absurd size is reported as over the limit (which
+        // says how to raise it) rather than as not fitting the address space.
+        let host_bytes = size.div_ceil(8).saturating_mul(8);
+        let what = || "the allocation".to_string();
+        self.check_available(&what(), host_bytes)?;
         let align = align.max(PAGE);
         let base = self
             .next_base
@@ -168,10 +221,26 @@ impl DeviceMemory {
             return Err(AllocError::TooLarge(size));
         }
         let n_words = usize::try_from(size.div_ceil(8)).map_err(|_| AllocError::TooLarge(size))?;
-        let words: Box<[AtomicU64]> = (0..n_words).map(|_| AtomicU64::new(0)).collect();
-        self.next_base = (end + GUARD).next_multiple_of(PAGE);
+        let mut words = Vec::new();
+        words
+            .try_reserve_exact(n_words)
+            .map_err(|_| LimitError::HostMemory {
+                what: format!("an allocation of {size} bytes"),
+                requested: host_bytes,
+            })?;
+        words.extend((0..n_words).map(|_| AtomicU64::new(0)));
+        let next_base = end
+            .checked_add(GUARD)
+            .and_then(|e| e.checked_next_multiple_of(PAGE))
+            .ok_or(AllocError::TooLarge(size))?;
+        self.next_base = next_base;
+        self.in_use += host_bytes;
         // Bases only grow, so pushing keeps the list sorted.
-        self.allocs.push(Allocation { base, size, words });
+        self.allocs.push(Allocation {
+            base,
+            size,
+            words: words.into_boxed_slice(),
+        });
         Ok(base)
     }
 
@@ -190,7 +259,8 @@ impl DeviceMemory {
             .allocs
             .binary_search_by_key(&base, |a| a.base)
             .map_err(|_| AllocError::NotAllocated(base))?;
-        self.allocs.remove(idx);
+        let a = self.allocs.remove(idx);
+        self.in_use -= a.size.div_ceil(8) * 8;
         Ok(())
     }
 
@@ -375,10 +445,10 @@ impl Lds {
     /// LDS for a workgroup that asked for `requested` bytes, rounded up to the allocation
     /// granule. Returns `None` if more than a compute unit has was requested.
     pub fn new(requested: u32) -> Option<Lds> {
-        let size = requested.div_ceil(LDS_GRANULE) * LDS_GRANULE;
         if requested > LDS_MAX {
             return None;
         }
+        let size = requested.div_ceil(LDS_GRANULE) * LDS_GRANULE;
         Some(Lds {
             bytes: vec![0; size as usize],
             out_of_range: 0,
@@ -474,6 +544,20 @@ impl Scratch {
             per_lane,
             bytes: vec![0; per_lane as usize * 64],
         }
+    }
+
+    /// Private memory of `per_lane` bytes per lane; an error instead of an abort when the host
+    /// cannot provide it.
+    pub fn try_new(per_lane: u32) -> Result<Scratch, LimitError> {
+        Ok(Scratch {
+            per_lane,
+            bytes: super::limits::try_filled(per_lane as usize * 64, 0, "a wave's scratch")?,
+        })
+    }
+
+    /// Host bytes of one wave's scratch with `per_lane` bytes per lane.
+    pub fn bytes_per_wave(per_lane: u32) -> u64 {
+        per_lane as u64 * 64
     }
 
     /// Bytes per lane.
@@ -673,5 +757,36 @@ mod tests {
         let e = s.write(3, 13, &[0; 4]).unwrap_err();
         assert_eq!(e.offset, 13);
         assert!(s.read(64, 0, &mut b).is_err());
+    }
+
+    #[test]
+    fn allocations_are_checked_against_the_limit_before_allocating() {
+        let mut m = DeviceMemory::with_limit(1 << 20);
+        let a = m.alloc(1000).unwrap();
+        assert_eq!(m.in_use(), 1000);
+        let e = m.alloc(1 << 40).unwrap_err();
+        match &e {
+            AllocError::Limit(LimitError::Memory {
+                requested,
+                in_use,
+                limit,
+                ..
+            }) => assert_eq!((*requested, *in_use, *limit), (1 << 40, 1000, 1 << 20)),
+            e => panic!("unexpected {e:?}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("1099511627776") && text.contains("1048576"),
+            "{text}"
+        );
+        // An absurd size is a limit error too, not an address-space or allocation failure.
+        assert!(matches!(m.alloc(u64::MAX), Err(AllocError::Limit(_))));
+        let b = m.alloc((1 << 20) - 1000).unwrap();
+        assert!(m.alloc(1).is_err());
+        m.free(a).unwrap();
+        m.free(b).unwrap();
+        assert_eq!(m.in_use(), 0);
+        assert!(m.check_available("x", 1 << 20).is_ok());
+        assert!(m.check_available("x", (1 << 20) + 1).is_err());
     }
 }

@@ -17,6 +17,7 @@ pub mod fault;
 pub mod fp;
 pub(crate) mod interp;
 pub mod launch;
+pub mod limits;
 pub(crate) mod mai;
 pub mod memory;
 pub mod mfma;
@@ -32,6 +33,7 @@ pub mod wave;
 
 pub use fault::{Fault, FaultKind};
 pub use launch::{EmuConfig, Emulator};
+pub use limits::{LaunchControl, LimitError, Limits};
 pub use memory::{AllocError, DeviceMemory, MemFault};
 pub use program::{LoadError, Program};
 pub use setup::KernelSetup;

@@ -1,7 +1,9 @@
 //! A kernel ready to run: its code object image in device memory and its instructions decoded
 //! once, indexed by address.
 
-use tilegen_codeobj::{CodeObject, KernelDescriptor};
+use std::sync::Arc;
+
+use tilegen_codeobj::{CodeObject, Kernel, KernelDescriptor};
 
 use super::fault::FaultKind;
 use super::memory::{AllocError, DeviceMemory, MemFault};
@@ -20,9 +22,23 @@ pub enum LoadError {
     /// Copying the image failed.
     #[error("copying the code object image: {0}")]
     Copy(#[from] MemFault),
+    /// `.text` does not lie inside the loaded image.
+    #[error(
+        ".text [{start:#x}, {start:#x} + {len}) is not inside the loaded image of {image} bytes"
+    )]
+    TextOutsideImage {
+        /// Address of `.text` (relative to the image).
+        start: u64,
+        /// Its length.
+        len: u64,
+        /// Size of the image.
+        image: u64,
+    },
     /// The kernel's entry point is not inside `.text`.
-    #[error("kernel entry {entry:#x} is outside .text [{start:#x}, {end:#x})")]
+    #[error("the entry {entry:#x} of kernel `{kernel}` is outside .text [{start:#x}, {end:#x})")]
     EntryOutsideText {
+        /// The kernel.
+        kernel: String,
         /// Entry address (relative to the image).
         entry: u64,
         /// Start of `.text`.
@@ -34,18 +50,40 @@ pub enum LoadError {
 
 const NO_INST: u32 = u32::MAX;
 
-/// A loaded kernel.
+/// A loaded kernel. The kernels of one code object share its image and its decoded `.text`.
 #[derive(Debug)]
 pub struct Program {
     name: String,
     setup: KernelSetup,
     image_base: u64,
-    text_start: u64,
     entry: u64,
+    code: Arc<Code>,
+}
+
+/// `.text`, decoded once.
+#[derive(Debug)]
+struct Code {
+    text_start: u64,
     /// Decoded instructions (or the decoder's complaint) in address order.
     decoded: Vec<Result<Inst, String>>,
     /// For every dword of `.text`: index into `decoded` of the instruction starting there.
     index: Vec<u32>,
+}
+
+impl Code {
+    fn decode(text_start: u64, text: &[u8]) -> Code {
+        let mut decoded = Vec::new();
+        let mut index = vec![NO_INST; text.len().div_ceil(4)];
+        for (pc, r) in isa::decode_lenient(text, text_start) {
+            index[(pc.wrapping_sub(text_start) / 4) as usize] = decoded.len() as u32;
+            decoded.push(r.map_err(|e| e.to_string()));
+        }
+        Code {
+            text_start,
+            decoded,
+            index,
+        }
+    }
 }
 
 impl KernelSetup {
@@ -73,28 +111,69 @@ impl Program {
         let kernel = co
             .kernel(name)
             .ok_or_else(|| LoadError::NoSuchKernel(name.to_string()))?;
+        Self::load_kernels(mem, co, std::slice::from_ref(kernel)).map(|mut v| v.remove(0))
+    }
+
+    /// Loads every kernel of `co` into `mem`, in metadata order: one image and one decoding of
+    /// `.text` shared by all of them.
+    pub fn load_all(mem: &mut DeviceMemory, co: &CodeObject) -> Result<Vec<Program>, LoadError> {
+        Self::load_kernels(mem, co, &co.kernels)
+    }
+
+    fn load_kernels(
+        mem: &mut DeviceMemory,
+        co: &CodeObject,
+        kernels: &[Kernel],
+    ) -> Result<Vec<Program>, LoadError> {
+        // The image spans `max(vaddr + mem_size)` of the program headers, whatever a file
+        // claims: the allocation is checked against the device memory limit before any host
+        // memory is taken.
         let size = co.image_size().max(4);
-        let base = mem.alloc(size)?;
-        for seg in &co.segments {
-            mem.write(base + seg.vaddr, &seg.file_bytes)?;
-        }
-        let (text_addr, text) = (&co.text.0, &co.text.1);
-        let end = text_addr + text.len() as u64;
-        if kernel.entry < *text_addr || kernel.entry >= end {
+        let (text_addr, text) = (co.text.0, &co.text.1);
+        let text_end = text_addr.checked_add(text.len() as u64);
+        let end = match text_end {
+            Some(e) if e <= size => e,
+            _ => {
+                return Err(LoadError::TextOutsideImage {
+                    start: text_addr,
+                    len: text.len() as u64,
+                    image: size,
+                });
+            }
+        };
+        if let Some(k) = kernels
+            .iter()
+            .find(|k| k.entry < text_addr || k.entry >= end)
+        {
             return Err(LoadError::EntryOutsideText {
-                entry: kernel.entry,
-                start: *text_addr,
+                kernel: k.name().to_string(),
+                entry: k.entry,
+                start: text_addr,
                 end,
             });
         }
-        Ok(Program::build(
-            name.to_string(),
-            KernelSetup::from_kernel_descriptor(&kernel.descriptor),
-            base,
-            base + text_addr,
-            text,
-            base + kernel.entry,
-        ))
+        let base = mem.alloc(size)?;
+        for seg in &co.segments {
+            // A segment whose file bytes run past the image is reported by the write's
+            // range check (the address is clamped so the sum cannot wrap).
+            let at = base.saturating_add(seg.vaddr);
+            if let Err(e) = mem.write(at, &seg.file_bytes) {
+                let _ = mem.free(base);
+                return Err(e.into());
+            }
+        }
+        // Both fit: text_end <= size and base + size is a live allocation.
+        let code = Arc::new(Code::decode(base + text_addr, text));
+        Ok(kernels
+            .iter()
+            .map(|k| Program {
+                name: k.name().to_string(),
+                setup: KernelSetup::from_kernel_descriptor(&k.descriptor),
+                image_base: base,
+                entry: base + k.entry,
+                code: code.clone(),
+            })
+            .collect())
     }
 
     /// Loads raw machine code as a kernel whose entry is the first byte (for tests and tools
@@ -107,39 +186,13 @@ impl Program {
     ) -> Result<Program, LoadError> {
         let base = mem.alloc(code.len().max(4) as u64)?;
         mem.write(base, code)?;
-        Ok(Program::build(
-            name.to_string(),
+        Ok(Program {
+            name: name.to_string(),
             setup,
-            base,
-            base,
-            code,
-            base,
-        ))
-    }
-
-    fn build(
-        name: String,
-        setup: KernelSetup,
-        image_base: u64,
-        text_start: u64,
-        text: &[u8],
-        entry: u64,
-    ) -> Program {
-        let mut decoded = Vec::new();
-        let mut index = vec![NO_INST; text.len().div_ceil(4)];
-        for (pc, r) in isa::decode_lenient(text, text_start) {
-            index[((pc - text_start) / 4) as usize] = decoded.len() as u32;
-            decoded.push(r.map_err(|e| e.to_string()));
-        }
-        Program {
-            name,
-            setup,
-            image_base,
-            text_start,
-            entry,
-            decoded,
-            index,
-        }
+            image_base: base,
+            entry: base,
+            code: Arc::new(Code::decode(base, code)),
+        })
     }
 
     /// Kernel name.
@@ -164,7 +217,7 @@ impl Program {
 
     /// Number of decoded instructions (valid or not).
     pub fn instruction_count(&self) -> usize {
-        self.decoded.len()
+        self.code.decoded.len()
     }
 
     /// The instruction at `pc`.
@@ -176,15 +229,15 @@ impl Program {
     /// instruction_count()`), which per-instruction counters use.
     pub fn slot(&self, pc: u64) -> Result<(usize, &Inst), FaultKind> {
         let bad = || FaultKind::BadJump { target: pc };
-        let off = pc.checked_sub(self.text_start).ok_or_else(bad)?;
+        let off = pc.checked_sub(self.code.text_start).ok_or_else(bad)?;
         if off % 4 != 0 {
             return Err(bad());
         }
-        let slot = *self.index.get((off / 4) as usize).ok_or_else(bad)?;
+        let slot = *self.code.index.get((off / 4) as usize).ok_or_else(bad)?;
         if slot == NO_INST {
             return Err(bad());
         }
-        match &self.decoded[slot as usize] {
+        match &self.code.decoded[slot as usize] {
             Ok(inst) => Ok((slot as usize, inst)),
             Err(e) => Err(FaultKind::Illegal(e.clone())),
         }
@@ -192,7 +245,7 @@ impl Program {
 
     /// The decoded instruction with index `slot`, if it decoded.
     pub fn at_slot(&self, slot: usize) -> Option<&Inst> {
-        self.decoded.get(slot)?.as_ref().ok()
+        self.code.decoded.get(slot)?.as_ref().ok()
     }
 
     /// Disassembly of the instruction at `pc` for fault reports ("" when there is none).

@@ -10,11 +10,15 @@
 //! barrier) still lets that sibling run. The schedule depends only on instruction counts,
 //! so even racy programs give the same answer on every run.
 //!
-//! A wave stuck short of the barrier (an endless loop) shows up when the launch's
-//! instruction budget runs out; if other waves wait at the barrier at that point the fault
+//! A wave stuck short of the barrier (an endless loop) shows up when it has executed its
+//! per-wave instruction budget; if other waves wait at the barrier at that point the fault
 //! is reported as a barrier deadlock.
+//!
+//! Every [`CHECK_INTERVAL`] instructions (and when a workgroup starts) the scheduler looks
+//! at the launch's stop conditions: a lower-numbered workgroup has faulted, or the caller
+//! cancelled the launch.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::fault::FaultKind;
 use super::memory::Lds;
@@ -37,43 +41,36 @@ pub enum Step {
 /// switching costs nothing measurable, short enough that spin-waits resolve quickly).
 pub const TIME_SLICE: u32 = 1 << 16;
 
-/// Instructions are taken from the shared budget in chunks of this size, so the atomic is
-/// touched rarely.
-const BUDGET_CHUNK: u64 = 4096;
+/// Instructions between two looks at the launch's stop conditions (the shared atomics are
+/// read rarely, so the check costs nothing measurable).
+pub const CHECK_INTERVAL: u64 = 4096;
 
-/// The launch-wide instruction budget and stop flag, shared by all workgroups.
+/// The per-wave instruction budget and the stop conditions shared by all workgroups of a
+/// launch.
 #[derive(Debug)]
 pub struct Budget {
-    remaining: AtomicU64,
-    total: u64,
+    per_wave: u64,
     /// Index of the lowest-numbered workgroup that has faulted (`u64::MAX` if none).
     /// Workgroups numbered above it stop early; lower ones run on, so the fault that is
     /// finally reported (the lowest-numbered) does not depend on thread timing.
     pub first_fault: AtomicU64,
+    cancel: Option<std::sync::Arc<AtomicBool>>,
 }
 
 impl Budget {
-    /// A budget of `total` wave-instructions.
-    pub fn new(total: u64) -> Budget {
+    /// A budget of `per_wave` instructions for each wave.
+    pub fn new(per_wave: u64) -> Budget {
         Budget {
-            remaining: AtomicU64::new(total),
-            total,
+            per_wave,
             first_fault: AtomicU64::new(u64::MAX),
+            cancel: None,
         }
     }
 
-    /// Takes up to one chunk of the budget; fails once nothing is left.
-    fn take(&self) -> Result<u64, FaultKind> {
-        self.remaining
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-                if r == 0 {
-                    None
-                } else {
-                    Some(r - r.min(BUDGET_CHUNK))
-                }
-            })
-            .map(|r| r.min(BUDGET_CHUNK))
-            .map_err(|_| FaultKind::Budget { budget: self.total })
+    /// The same budget, also stopped when `flag` is raised.
+    pub fn with_cancel(mut self, flag: std::sync::Arc<AtomicBool>) -> Budget {
+        self.cancel = Some(flag);
+        self
     }
 
     /// Records that workgroup `index` faulted.
@@ -81,8 +78,20 @@ impl Budget {
         self.first_fault.fetch_min(index, Ordering::Relaxed);
     }
 
-    fn aborted(&self, index: u64) -> bool {
-        self.first_fault.load(Ordering::Relaxed) < index
+    /// Whether workgroup `index` should stop: a lower-numbered one has faulted
+    /// ([`FaultKind::Aborted`]) or the launch was cancelled ([`FaultKind::Cancelled`]).
+    pub fn stop(&self, index: u64) -> Option<FaultKind> {
+        if self.first_fault.load(Ordering::Relaxed) < index {
+            return Some(FaultKind::Aborted);
+        }
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Some(FaultKind::Cancelled);
+        }
+        None
     }
 }
 
@@ -104,14 +113,21 @@ where
             let mut slice = TIME_SLICE;
             while waves[i].status == WaveStatus::Ready && slice > 0 {
                 if credit == 0 {
-                    if budget.aborted(wg_index) {
-                        return Err((i, FaultKind::Aborted));
+                    if let Some(stop) = budget.stop(wg_index) {
+                        return Err((i, stop));
                     }
-                    credit = budget.take().map_err(|e| (i, out_of_budget(waves, e)))?;
+                    credit = CHECK_INTERVAL;
                 }
                 credit -= 1;
                 slice -= 1;
                 let w = &mut waves[i];
+                if w.executed >= budget.per_wave {
+                    let e = FaultKind::Budget {
+                        budget: budget.per_wave,
+                    };
+                    return Err((i, out_of_budget(waves, e)));
+                }
+                w.executed += 1;
                 match step(w, lds).map_err(|e| (i, e))? {
                     Step::Continue => {}
                     Step::Yield => break,
@@ -220,6 +236,41 @@ mod tests {
         let budget = Budget::new(10_000);
         let r = run_workgroup(&mut waves, &mut lds, &budget, 0, |_, _| Ok(Step::Continue));
         assert_eq!(r, Err((0, FaultKind::Budget { budget: 10_000 })));
+        assert_eq!(waves[0].executed, 10_000);
+    }
+
+    /// The budget is per wave: two waves of 6000 instructions each fit a budget of 10000.
+    #[test]
+    fn budget_is_per_wave() {
+        let mut waves: Vec<Wave> = (0..2).map(|i| Wave::new(i, 0)).collect();
+        let mut lds = Lds::new(0).unwrap();
+        let budget = Budget::new(10_000);
+        let r = run_workgroup(&mut waves, &mut lds, &budget, 0, |w, _| {
+            Ok(if w.executed == 6000 {
+                Step::End
+            } else {
+                Step::Continue
+            })
+        });
+        assert_eq!(r, Ok(()));
+    }
+
+    #[test]
+    fn a_raised_cancel_flag_stops_the_workgroup() {
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        let budget = Budget::new(u64::MAX).with_cancel(flag.clone());
+        let mut waves = vec![Wave::new(0, 0)];
+        let mut lds = Lds::new(0).unwrap();
+        let mut n = 0u64;
+        let r = run_workgroup(&mut waves, &mut lds, &budget, 0, |_, _| {
+            n += 1;
+            if n == 10 {
+                flag.store(true, Ordering::Relaxed);
+            }
+            Ok(Step::Continue)
+        });
+        assert_eq!(r, Err((0, FaultKind::Cancelled)));
+        assert_eq!(n, CHECK_INTERVAL, "stopped at the next check");
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct Stats {
     pub lds_out_of_range: u64,
     /// Buffer lane-accesses that failed the range check (read 0 / dropped).
     pub buffer_out_of_range: u64,
+    /// Clocks single-address DS reads and writes lost to LDS bank conflicts (passes of 256
+    /// bytes; see `ds::lds_conflict_cycles`).
+    pub lds_bank_conflict_cycles: u64,
 }
 
 impl Stats {
@@ -121,6 +124,7 @@ impl Stats {
         self.waves += other.waves;
         self.lds_out_of_range += other.lds_out_of_range;
         self.buffer_out_of_range += other.buffer_out_of_range;
+        self.lds_bank_conflict_cycles += other.lds_bank_conflict_cycles;
     }
 }
 

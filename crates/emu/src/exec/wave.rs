@@ -1,5 +1,6 @@
 //! Architectural state of one wave64.
 
+use super::limits::{LimitError, try_filled};
 use super::memory::Scratch;
 use super::mfma::Vgpr;
 
@@ -81,8 +82,25 @@ impl Wave {
         }
     }
 
-    /// Resets the wave to the state [`Wave::new`] gives, reusing its register storage.
-    pub fn reset(&mut self, id: u32, private_bytes: u32) {
+    /// A wave like [`Wave::new`] whose memory is allocated fallibly (an error, not an abort,
+    /// when the host cannot provide it).
+    pub fn try_new(id: u32, private_bytes: u32) -> Result<Wave, LimitError> {
+        Ok(Wave {
+            sgpr: [0; sreg::COUNT],
+            scc: false,
+            vgpr: try_filled(512, [0; 64], "a wave's registers")?,
+            pc: 0,
+            status: WaveStatus::Ready,
+            id,
+            scratch: Scratch::try_new(private_bytes)?,
+            mode: 0,
+            executed: 0,
+        })
+    }
+
+    /// Resets the wave to the state [`Wave::new`] gives, reusing its register storage (the
+    /// scratch is reallocated, fallibly, when its size changes).
+    pub fn reset(&mut self, id: u32, private_bytes: u32) -> Result<(), LimitError> {
         self.sgpr = [0; sreg::COUNT];
         self.scc = false;
         for r in self.vgpr.iter_mut() {
@@ -94,10 +112,13 @@ impl Wave {
         if self.scratch.per_lane() == private_bytes {
             self.scratch.clear();
         } else {
-            self.scratch = Scratch::new(private_bytes);
+            // Free the old scratch before taking the new one.
+            self.scratch = Scratch::new(0);
+            self.scratch = Scratch::try_new(private_bytes)?;
         }
         self.mode = 0;
         self.executed = 0;
+        Ok(())
     }
 
     /// Reads a 64-bit scalar register pair starting at encoding `r`.

@@ -660,7 +660,7 @@ pub fn decode_all(code: &[u8], base: u64) -> Result<Vec<(u64, Inst)>, DecodeErro
     let mut out = Vec::new();
     let mut off = 0usize;
     while off < code.len() {
-        let pc = base + off as u64;
+        let pc = base.wrapping_add(off as u64);
         let inst = decode(&code[off..], pc)?;
         off += inst.size as usize;
         out.push((pc, inst));
@@ -674,7 +674,7 @@ pub fn decode_lenient(code: &[u8], base: u64) -> Vec<(u64, Result<Inst, DecodeEr
     let mut out = Vec::new();
     let mut off = 0usize;
     while off < code.len() {
-        let pc = base + off as u64;
+        let pc = base.wrapping_add(off as u64);
         let r = decode(&code[off..], pc);
         off += match &r {
             Ok(inst) => inst.size as usize,
