@@ -35,7 +35,7 @@ pub fn run(args: BuildArgs) -> Result<()> {
     if let Some(asm) = &asm {
         asm.write(kernel.asm().as_bytes())?;
     }
-    output.write(&kernel.code_object())?;
+    output.write(kernel.code_object())?;
     if args.json {
         let v = serde_json::json!({
             "kernel": kernel.name(),

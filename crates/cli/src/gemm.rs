@@ -80,7 +80,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
         "grid": kernel.grid(a.m, a.n),
         "block": kernel.spec().threads(),
         "report": kernel.report(),
-        "main_loop": tilegen::kernels::asm::LoopStats::from_asm(&kernel.asm()),
+        "main_loop": tilegen::kernels::asm::LoopStats::from_asm(kernel.asm()),
         "timings": {
             "build_ms": build_s * 1e3,
             "compile_ms": kernel.timings().total().as_secs_f64() * 1e3,
@@ -158,7 +158,7 @@ fn emit(
 ) -> Result<()> {
     let report = serde_json::to_vec_pretty(summary)?;
     let files: [&[u8]; 9] = [
-        &kernel.code_object(),
+        kernel.code_object(),
         kernel.asm().as_bytes(),
         kernel.ir().as_bytes(),
         a.data(),

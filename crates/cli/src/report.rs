@@ -5,7 +5,7 @@ use tilegen::kernels::asm::LoopStats;
 
 pub fn print_report(k: &CompiledKernel) {
     let r = &k.report();
-    let lp = LoopStats::from_asm(&k.asm());
+    let lp = LoopStats::from_asm(k.asm());
     println!("kernel {}", k.name());
     println!("  cache key {}", k.cache_key());
     println!(

@@ -78,7 +78,7 @@ fn check_preb(spec: &KernelSpec) {
         (0, 0, 0),
         "{name} spills"
     );
-    let body = main_loop(&k.asm());
+    let body = main_loop(k.asm());
     let mfmas = body
         .iter()
         .filter(|l| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4"))
@@ -302,10 +302,10 @@ fn lds_variant_shapes_and_outputs() {
                     MmaShape::M16N16K128 => "v_mfma_scale_f32_16x16x128_f8f6f4",
                     MmaShape::M32N32K64 => "v_mfma_scale_f32_32x32x64_f8f6f4",
                 };
-                let lp = LoopStats::from_asm(&k.asm());
+                let lp = LoopStats::from_asm(k.asm());
                 assert_eq!(lp.mfmas, spec.mfmas_per_stage(), "{name}");
                 assert!(
-                    main_loop(&k.asm())
+                    main_loop(k.asm())
                         .iter()
                         .all(|l| !l.contains("v_mfma") || l.contains(mnemonic))
                 );
