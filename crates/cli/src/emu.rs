@@ -231,7 +231,7 @@ fn limit_text(e: &LimitError) -> String {
 /// A runtime error as the command line reports it: one message, naming the flag that raises
 /// the limit it hit; an interruption ends the chain in [`OutputError::Interrupted`] (exit
 /// status 130).
-fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Error {
+pub(crate) fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Error {
     match &e {
         RuntimeError::Limit(l) => anyhow!("{}", limit_text(l)),
         RuntimeError::Alloc {
@@ -464,13 +464,13 @@ fn write_back(dev: &EmuDevice, p: DevicePtr, n: u64, out: &Output) -> Result<()>
 /// A progress bar of finished workgroups on stderr, drawn from a thread that polls the
 /// launch's counters (so the emulator pays one relaxed atomic add per workgroup). It appears
 /// only after half a second, so short runs print nothing.
-struct Progress {
+pub(crate) struct Progress {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Progress {
-    fn start(control: &LaunchControl, show: bool) -> Progress {
+    pub(crate) fn start(control: &LaunchControl, show: bool) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = show.then(|| {
             let (stop, control) = (stop.clone(), control.clone());
@@ -501,7 +501,7 @@ impl Progress {
         Progress { stop, thread }
     }
 
-    fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -6,11 +6,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tilegen::kernels::check_problem;
+use std::io::IsTerminal;
+
+use tilegen::kernels::{LaunchError, check_problem};
 use tilegen::mx::{MxMatrix, reference_gemm};
-use tilegen::runtime::EmuDevice;
+use tilegen::runtime::{EmuConfig, EmuDevice, LaunchControl};
 use tilegen_output::Output;
 
+use crate::emu::{Progress, cli_error};
 use crate::spec::SpecArgs;
 
 #[derive(Args)]
@@ -61,10 +64,23 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .prepare_inputs(&am, &bm)
         .context("preparing inputs")?;
     let prep_s = t.elapsed().as_secs_f64();
-    let device = EmuDevice::new();
-    let (c, report) = kernel
-        .run(&device, &inputs)
-        .with_context(|| format!("running {}", kernel.name()))?;
+    // Ctrl-C stops the emulation at its next check (the command then exits with 130).
+    let device = EmuDevice::with_config(EmuConfig {
+        control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
+        ..EmuConfig::default()
+    });
+    let control = device.control().clone();
+    let progress = Progress::start(&control, !a.json && std::io::stderr().is_terminal());
+    let result = kernel.run(&device, &inputs);
+    progress.finish();
+    let (c, report) = match result {
+        Ok(r) => r,
+        Err(LaunchError::Runtime(e)) => {
+            return Err(cli_error(e, &control))
+                .with_context(|| format!("running {}", kernel.name()));
+        }
+        Err(e) => return Err(e).with_context(|| format!("running {}", kernel.name())),
+    };
     let t = Instant::now();
     let reference = reference_gemm(&am, &bm).context("reference GEMM")?;
     let cmp = c.compare(&reference)?;

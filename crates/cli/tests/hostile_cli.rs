@@ -211,3 +211,40 @@ fn rust_backtrace_does_not_turn_a_mistake_into_a_stack_trace() {
     let o = tilegen(&["--verbose", "build", "--bm", "48", "-o", path(&x)]);
     refused(&o, "Stack backtrace");
 }
+
+#[test]
+fn ctrl_c_stops_a_long_gemm_cleanly() {
+    let mut child = std::process::Command::new(BIN)
+        .args(["gemm", "--m", "4096", "--n", "4096", "--k", "4096"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past the compile and the input generation, into the emulation (about 30 s of it).
+    std::thread::sleep(Duration::from_secs(4));
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    // 130 either way: a signal during the emulation stops it with "interrupted"; one that
+    // arrives earlier (a slow machine still compiling) ends the process at once.
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.is_empty() || stderr.contains("interrupted"),
+        "{stderr}"
+    );
+}
