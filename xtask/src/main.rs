@@ -299,7 +299,7 @@ fn test(extra: &[String]) -> Result<()> {
 fn demo(extra: &[String]) -> Result<()> {
     step("building tilegen");
     run(
-        cargo().args(["build", "--release", "-q", "-p", "tilegen-cli"]),
+        cargo().args(["build", "--release", "-q", "--bin", "tilegen"]),
         "cargo build",
     )?;
     run(
