@@ -105,7 +105,11 @@ fn exercise(bytes: &[u8]) -> &'static str {
     let Some(prog) = programs.first() else {
         return "loaded";
     };
-    let block = [prog.setup().code_properties as u32 % 4 * 64 + 64, 1, 1];
+    let block = [
+        prog.setup().descriptor.kernel_code_properties as u32 % 4 * 64 + 64,
+        1,
+        1,
+    ];
     match emu.launch(prog, [1, 1, 1], block, &[0; 64], 0) {
         Ok(_) => "ran",
         Err(f) => match *f.kind {

@@ -1585,6 +1585,54 @@ def learn_hwreg_names():
     return names
 
 
+# Vector compare predicates in opcode order (the low 4 bits of the VOPC opcode): floating point,
+# then integer. Rust variants of `CmpPred` are these names capitalised.
+FLOAT_PREDICATES = ["f", "lt", "eq", "le", "gt", "lg", "ge", "o", "u", "nge", "nlg", "ngt", "nle",
+                    "neq", "nlt", "tru"]
+INT_PREDICATES = ["f", "lt", "eq", "le", "gt", "ne", "ge", "t"]
+CMP_TYPES = ["f16", "f32", "f64", "i16", "i32", "i64", "u16", "u32", "u64"]
+
+
+def compare_facts(name):
+    """(type, predicate, writes EXEC) of a vector compare opcode name (`V_CMPX_LT_F32`), or None
+    for any other opcode. The executor reads these from the table so that it never looks at a
+    name while running; an unknown `v_cmp*` spelling stops generation rather than being skipped."""
+    m = re.fullmatch(r"v_cmp(x?)_([a-z]+)_([a-z0-9]+)", name.lower())
+    if not m:
+        return None
+    x, pred, ty = m.groups()
+    preds = FLOAT_PREDICATES if ty.startswith("f") else INT_PREDICATES
+    if ty not in CMP_TYPES or (pred != "class" and pred not in preds) or (
+            pred == "class" and not ty.startswith("f")):
+        raise SystemExit("unrecognised vector compare %s" % name)
+    return ty, pred, x == "x"
+
+
+def emit_compares(opcodes):
+    """`Opcode::compare`: the compare facts of every VOPC/VOP3 compare, cmpx and class opcode."""
+    out = ["impl Opcode {\n"
+           "    /// What a vector compare (`v_cmp*`, `v_cmpx*`, `v_cmp*_class_*`) tests, derived from\n"
+           "    /// its mnemonic when the tables were generated; `None` for every other opcode.\n"
+           "    pub const fn compare(self) -> Option<Compare> {\n"
+           "        const fn c(ty: CmpType, pred: CmpPred, writes_exec: bool) -> Option<Compare> {\n"
+           "            Some(Compare { ty, pred, writes_exec })\n"
+           "        }\n"
+           "        match self {\n"]
+    n = 0
+    for o in opcodes:
+        f = compare_facts(o)
+        if f is None:
+            continue
+        ty, pred, x = f
+        out.append("            Opcode::%s => c(CmpType::%s, CmpPred::%s, %s),\n"
+                   % (o, ty.capitalize(), pred.capitalize(), "true" if x else "false"))
+        n += 1
+    if n == 0:
+        raise SystemExit("no vector compares found")
+    out.append("            _ => None,\n        }\n    }\n}\n\n")
+    return "".join(out)
+
+
 def emit_rust(db, path):
     implicit_roles(db)
     opcodes = []
@@ -1645,6 +1693,7 @@ def emit_rust(db, path):
     for o in opcodes:
         out.append("        Opcode::%s,\n" % o)
     out.append("    ];\n}\n\n")
+    out.append(emit_compares(opcodes))
     out.append("static OPCODE_NAMES: [&str; %d] = [\n" % len(opcodes))
     for o in opcodes:
         out.append("    %s,\n" % rust_str(o.lower()))

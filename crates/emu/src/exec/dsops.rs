@@ -8,17 +8,13 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::ds::{self, TransposeKind};
-use super::fault::FaultKind;
+use super::fault::{FaultKind, unimpl};
 use super::interp::Env;
 use super::memory::Lds;
 use super::mfma::Vgpr;
 use super::operands::{read_v32, vreg, write_v32};
 use super::wave::Wave;
 use crate::isa::{Inst, Opcode, Role, ValueType};
-
-fn unimpl(i: &Inst) -> FaultKind {
-    FaultKind::Unimplemented(i.mnemonic().to_string())
-}
 
 fn regs(w: &Wave, i: &Inst, role: Role, n: usize) -> Result<Vec<Vgpr>, FaultKind> {
     let op = i.operand(role);
@@ -504,10 +500,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
             let mut out = [0u32; 64];
             for (l, o) in out.iter_mut().enumerate() {
                 let src = ds::swizzle_source(i.mem.offset as u16, l).ok_or_else(|| {
-                    FaultKind::Unimplemented(format!(
-                        "ds_swizzle_b32 offset {:#x} (rotate/FFT mode)",
-                        i.mem.offset
-                    ))
+                    unimpl(i, &format!("offset {:#x}: rotate/FFT mode", i.mem.offset))
                 })?;
                 // A lane whose source is inactive reads zero.
                 *o = if active(src) { d[0][src] } else { 0 };
@@ -534,10 +527,10 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
             // The ISA requires EXEC to be all ones: the transpose mixes lanes, so a partial
             // mask has no defined result.
             if exec != u64::MAX {
-                return Err(FaultKind::Unimplemented(format!(
-                    "{} with EXEC {exec:#x} (the ISA requires all lanes)",
-                    i.mnemonic()
-                )));
+                return Err(unimpl(
+                    i,
+                    &format!("EXEC {exec:#x}: the ISA requires all lanes"),
+                ));
             }
             let a = addr_reg(w)?;
             let mut rows = [[0u8; 12]; 64];
@@ -560,7 +553,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
             put(w, &out)
         }
         op => {
-            let (kind, wide, rtn) = atomic_kind(op).ok_or_else(|| unimpl(i))?;
+            let (kind, wide, rtn) = atomic_kind(op).ok_or_else(|| unimpl(i, ""))?;
             let a = addr_reg(w)?;
             let n = if wide { 2 } else { 1 };
             let has_d1 = matches!(kind, Rmw::Mskor | Rmw::Cmpst | Rmw::CmpstF);

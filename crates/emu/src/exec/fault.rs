@@ -6,6 +6,17 @@ use super::buffer::BufferError;
 use super::limits::LimitError;
 use super::memory::{MemFault, ScratchFault};
 use super::mfma::MfmaError;
+use crate::isa::Inst;
+
+/// The fault for an instruction the emulator does not implement: its mnemonic, and `what`
+/// part of it is missing when that is narrower than the whole instruction (empty: all of it).
+pub(crate) fn unimpl(i: &Inst, what: &str) -> FaultKind {
+    if what.is_empty() {
+        FaultKind::Unimplemented(i.mnemonic().to_string())
+    } else {
+        FaultKind::Unimplemented(format!("{} ({what})", i.mnemonic()))
+    }
+}
 
 /// Why execution stopped.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

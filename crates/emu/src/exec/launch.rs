@@ -135,7 +135,8 @@ impl Emulator {
             kind: Box::new(kind),
         };
         let invalid = |msg: String| launch_fault(FaultKind::Launch(msg));
-        let setup = prog.setup().clone();
+        let setup = prog.setup();
+        let kd = &setup.descriptor;
         let threads = block.iter().map(|&b| b as u64).product::<u64>();
         if grid.contains(&0) || block.contains(&0) {
             return Err(invalid(format!("empty grid {grid:?} or block {block:?}")));
@@ -145,13 +146,13 @@ impl Emulator {
                 "{threads} work-items per workgroup (at most 1024)"
             )));
         }
-        let lds_bytes = setup.group_segment_fixed_size as u64 + dynamic_lds as u64;
+        let lds_bytes = kd.group_segment_fixed_size as u64 + dynamic_lds as u64;
         if lds_bytes > LDS_MAX as u64 {
             return Err(invalid(format!(
                 "{lds_bytes} bytes of LDS (at most {LDS_MAX})"
             )));
         }
-        if setup.code_properties >> 10 & 1 != 0 {
+        if kd.enable_wavefront_size32() {
             return Err(invalid("wave32 kernel (gfx950 runs wave64 only)".into()));
         }
         let limits = self.config.limits.clone();
@@ -164,7 +165,7 @@ impl Emulator {
 
         // Kernarg segment, dispatch packet and queue live in device memory for the launch;
         // every allocation is checked against the memory limit first.
-        let karg_len = (kernarg.len() as u64).max(setup.kernarg_size as u64).max(4);
+        let karg_len = (kernarg.len() as u64).max(kd.kernarg_size as u64).max(4);
         let single_threaded = self.config.single_threaded;
         self.memory.set_limit(limits.max_memory);
         let memory = &mut self.memory;
@@ -193,7 +194,7 @@ impl Emulator {
             packet[12 + 4 * d..16 + 4 * d]
                 .copy_from_slice(&grid[d].wrapping_mul(block[d]).to_le_bytes());
         }
-        packet[24..28].copy_from_slice(&setup.private_segment_fixed_size.to_le_bytes());
+        packet[24..28].copy_from_slice(&kd.private_segment_fixed_size.to_le_bytes());
         packet[28..32].copy_from_slice(&(lds_bytes as u32).to_le_bytes());
         packet[40..48].copy_from_slice(&kernarg_addr.to_le_bytes());
         let prepared = (|| -> Result<(u64, u64), Fault> {
@@ -213,7 +214,7 @@ impl Emulator {
             } else {
                 (rayon::current_num_threads() as u64).clamp(1, total)
             };
-            let scratch = Scratch::bytes_per_wave(setup.private_segment_fixed_size);
+            let scratch = Scratch::bytes_per_wave(kd.private_segment_fixed_size);
             let lds_host = lds_bytes.div_ceil(LDS_GRANULE as u64) * LDS_GRANULE as u64;
             let per_thread = WAVE_REGISTER_BYTES
                 .checked_add(scratch)
@@ -223,7 +224,7 @@ impl Emulator {
                 .and_then(|w| w.checked_mul(in_flight));
             let what = format!(
                 "the registers, scratch and LDS of {in_flight} workgroup(s) in flight ({waves_per_wg} wave(s) each, {} scratch bytes per work-item)",
-                setup.private_segment_fixed_size
+                kd.private_segment_fixed_size
             );
             let working = per_thread
                 .ok_or_else(|| launch_fault(LimitError::Overflow { what: what.clone() }.into()))?;
@@ -254,7 +255,7 @@ impl Emulator {
             prog,
             &self.memory,
             &self.config,
-            &setup,
+            setup,
             &dispatch,
             total,
             waves_per_wg as u32,
@@ -442,8 +443,11 @@ fn run_workgroup(
     // Reuse the register files and counters of earlier workgroups on this thread.
     let ThreadCache { waves, counts } = cache;
     while waves.len() < n_waves as usize {
-        let w = Wave::try_new(waves.len() as u32, setup.private_segment_fixed_size)
-            .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
+        let w = Wave::try_new(
+            waves.len() as u32,
+            setup.descriptor.private_segment_fixed_size,
+        )
+        .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
         waves.push(w);
     }
     let waves = &mut waves[..n_waves as usize];
@@ -451,7 +455,7 @@ fn run_workgroup(
     counts.clear();
     counts.resize(prog.instruction_count(), 0);
     for (k, w) in waves.iter_mut().enumerate() {
-        w.reset(k as u32, setup.private_segment_fixed_size)
+        w.reset(k as u32, setup.descriptor.private_segment_fixed_size)
             .map_err(|e| fault(k as u32, prog.entry(), e.into()))?;
         w.pc = init_wave(setup, d, wg, k as u32, n_waves, prog.entry(), w)
             .map_err(|e| fault(k as u32, prog.entry(), e))?;

@@ -4,17 +4,13 @@
 // zipped iterators there.
 #![allow(clippy::needless_range_loop)]
 
-use super::fault::FaultKind;
+use super::fault::{FaultKind, unimpl};
 use super::fp;
 use super::interp::Env;
 use super::mfma::{self, BlockScales, DenseInput, DenseShape, F8f6f4Shape, Vgpr};
 use super::operands::{read_s32, read_v32, vindex, vreg, write_v32};
 use super::wave::Wave;
 use crate::isa::{Inst, Opcode, Operand, Role, ValueType};
-
-fn unimpl(i: &Inst, what: &str) -> FaultKind {
-    FaultKind::Unimplemented(format!("{} ({what})", i.mnemonic()))
-}
 
 /// Copies `n` registers starting at a VGPR/AGPR operand.
 fn gather(w: &Wave, op: Operand, n: usize) -> Result<Vec<Vgpr>, FaultKind> {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tilegen_codeobj::{CodeObject, Kernel, KernelDescriptor};
+use tilegen_codeobj::{CodeObject, Kernel};
 
 use super::fault::FaultKind;
 use super::memory::{AllocError, DeviceMemory, MemFault};
@@ -82,24 +82,6 @@ impl Code {
             text_start,
             decoded,
             index,
-        }
-    }
-}
-
-impl KernelSetup {
-    /// The setup a code-object kernel descriptor describes.
-    pub fn from_kernel_descriptor(kd: &KernelDescriptor) -> KernelSetup {
-        KernelSetup {
-            group_segment_fixed_size: kd.group_segment_fixed_size,
-            private_segment_fixed_size: kd.private_segment_fixed_size,
-            kernarg_size: kd.kernarg_size,
-            entry_offset: kd.kernel_code_entry_byte_offset,
-            rsrc1: kd.compute_pgm_rsrc1,
-            rsrc2: kd.compute_pgm_rsrc2,
-            rsrc3: kd.compute_pgm_rsrc3,
-            code_properties: kd.kernel_code_properties,
-            kernarg_preload_length: kd.kernarg_preload_length(),
-            kernarg_preload_offset: kd.kernarg_preload_offset(),
         }
     }
 }

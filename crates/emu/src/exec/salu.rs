@@ -7,15 +7,11 @@
 
 use super::alu;
 use super::buffer::BufferResource;
-use super::fault::FaultKind;
+use super::fault::{FaultKind, unimpl};
 use super::interp::{Env, Flow};
 use super::operands::{read_s32, read_s64, read_sregs, sindex, write_s32, write_s64, write_sregs};
 use super::wave::{Wave, sreg};
 use crate::isa::{Inst, Opcode, Operand, Role, ValueType};
-
-fn unimpl(inst: &Inst, what: &str) -> FaultKind {
-    FaultKind::Unimplemented(format!("{} ({what})", inst.mnemonic()))
-}
 
 fn s0(w: &Wave, i: &Inst) -> Result<u32, FaultKind> {
     read_s32(w, i.operand(Role::Src0), i.value_type(Role::Src0))
@@ -626,7 +622,7 @@ pub fn exec(w: &mut Wave, i: &Inst, next: u64) -> Result<Flow, FaultKind> {
         S_TRAP => Err(FaultKind::Trap {
             code: simm16(i) & 0xff,
         }),
-        _ => Err(FaultKind::Unimplemented(i.mnemonic().to_string())),
+        _ => Err(unimpl(i, "")),
     }
 }
 
@@ -675,7 +671,7 @@ pub fn smem(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<Flow, FaultKind
             write_s64(w, i.operand(Role::Sdata), w.executed)?;
             return Ok(Flow::Next);
         }
-        _ => return Err(FaultKind::Unimplemented(i.mnemonic().to_string())),
+        _ => return Err(unimpl(i, "")),
     };
     let mut offset = match i.operand(Role::Offset) {
         // The immediate is a 21-bit signed byte offset.

@@ -4,30 +4,15 @@
 use super::fault::FaultKind;
 use super::memory::{PRIVATE_APERTURE, SHARED_APERTURE};
 use super::wave::{Wave, sreg};
+use tilegen_codeobj::{DESCRIPTOR_BYTES, KernelDescriptor};
 
-/// The fields of a 64-byte kernel descriptor that shape execution.
+/// What a kernel's descriptor asks of a launch. Every field is read through
+/// [`KernelDescriptor`]'s accessors (tilegen-codeobj is the one home of the descriptor layout);
+/// this adds what only an executor needs, the initial MODE register.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelSetup {
-    /// `group_segment_fixed_size`: static LDS bytes.
-    pub group_segment_fixed_size: u32,
-    /// `private_segment_fixed_size`: scratch bytes per work-item.
-    pub private_segment_fixed_size: u32,
-    /// `kernarg_size`.
-    pub kernarg_size: u32,
-    /// `kernel_code_entry_byte_offset`: entry point relative to the descriptor's address.
-    pub entry_offset: i64,
-    /// `compute_pgm_rsrc1`.
-    pub rsrc1: u32,
-    /// `compute_pgm_rsrc2`.
-    pub rsrc2: u32,
-    /// `compute_pgm_rsrc3`.
-    pub rsrc3: u32,
-    /// `kernel_code_properties`.
-    pub code_properties: u16,
-    /// Kernel arguments preloaded into SGPRs, in dwords.
-    pub kernarg_preload_length: u32,
-    /// Offset (in dwords) of the first preloaded kernel argument.
-    pub kernarg_preload_offset: u32,
+    /// The kernel descriptor.
+    pub descriptor: KernelDescriptor,
 }
 
 /// Bytes the hardware skips at the entry point when it preloads kernel arguments: the
@@ -36,56 +21,29 @@ pub struct KernelSetup {
 pub const KERNARG_PRELOAD_SKIP: u64 = 256;
 
 impl KernelSetup {
-    /// Decodes a kernel descriptor.
-    pub fn from_descriptor(kd: &[u8; 64]) -> KernelSetup {
-        let u32_at = |o: usize| u32::from_le_bytes([kd[o], kd[o + 1], kd[o + 2], kd[o + 3]]);
-        let u16_at = |o: usize| u16::from_le_bytes([kd[o], kd[o + 1]]);
-        let mut off = [0u8; 8];
-        off.copy_from_slice(&kd[16..24]);
-        let preload = u16_at(58);
+    /// Decodes a 64-byte kernel descriptor.
+    pub fn from_descriptor(kd: &[u8; DESCRIPTOR_BYTES]) -> KernelSetup {
         KernelSetup {
-            group_segment_fixed_size: u32_at(0),
-            private_segment_fixed_size: u32_at(4),
-            kernarg_size: u32_at(8),
-            entry_offset: i64::from_le_bytes(off),
-            rsrc3: u32_at(44),
-            rsrc1: u32_at(48),
-            rsrc2: u32_at(52),
-            code_properties: u16_at(56),
-            kernarg_preload_length: (preload & 0x7f) as u32,
-            kernarg_preload_offset: (preload >> 7) as u32,
+            descriptor: KernelDescriptor::parse(kd),
         }
     }
 
-    fn prop(&self, bit: u32) -> bool {
-        self.code_properties >> bit & 1 != 0
+    /// The setup a code-object kernel descriptor describes.
+    pub fn from_kernel_descriptor(kd: &KernelDescriptor) -> KernelSetup {
+        KernelSetup { descriptor: *kd }
     }
 
-    /// `rsrc2.USER_SGPR_COUNT`: user SGPRs, preloaded kernel arguments included.
-    pub fn user_sgpr_count(&self) -> u32 {
-        (self.rsrc2 >> 1) & 0x1f
-    }
-
-    /// `rsrc2.ENABLE_VGPR_WORKITEM_ID`: 0 = x only, 1 = x and y, 2 = x, y and z.
-    pub fn workitem_id_dims(&self) -> u32 {
-        (self.rsrc2 >> 11) & 3
-    }
-
-    /// First AGPR in the unified register file (`rsrc3.ACCUM_OFFSET`), in registers.
-    pub fn accum_offset(&self) -> u32 {
-        ((self.rsrc3 & 0x3f) + 1) * 4
-    }
-
-    /// Whether the wave starts with the given MODE bits: round modes, denorm modes, DX10
-    /// clamp and IEEE come from `rsrc1` (bits 12-23), FP16_OVFL from bit 26.
+    /// The MODE register a wave starts with: round modes (bits 3:0), denorm modes (7:4),
+    /// DX10 clamp (8), IEEE (9) and FP16_OVFL (23), from `COMPUTE_PGM_RSRC1`.
     pub fn initial_mode(&self) -> u32 {
-        let r = self.rsrc1;
-        let round = (r >> 12) & 0xf;
-        let denorm = (r >> 16) & 0xf;
-        let dx10 = (r >> 21) & 1;
-        let ieee = (r >> 23) & 1;
-        let fp16_ovfl = (r >> 26) & 1;
-        round | (denorm << 4) | (dx10 << 8) | (ieee << 9) | (fp16_ovfl << 23)
+        let r = self.descriptor.rsrc1();
+        r.float_round_mode_32
+            | r.float_round_mode_16_64 << 2
+            | r.float_denorm_mode_32 << 4
+            | r.float_denorm_mode_16_64 << 6
+            | (r.enable_dx10_clamp as u32) << 8
+            | (r.enable_ieee_mode as u32) << 9
+            | (r.fp16_overflow as u32) << 23
     }
 }
 
@@ -119,10 +77,11 @@ pub fn init_wave(
     entry: u64,
     w: &mut Wave,
 ) -> Result<u64, FaultKind> {
+    let kd = &setup.descriptor;
     // User SGPR values in the order the descriptor enables them.
     let mut user_vals: Vec<u32> = Vec::new();
     let mut push = |v: u32| user_vals.push(v);
-    if setup.prop(0) {
+    if kd.enable_sgpr_private_segment_buffer() {
         // Private segment buffer: a swizzled V# over the lanes' private memory, as the
         // hardware builds it (add_tid + swizzle). Buffer access through it is reported as
         // unimplemented swizzled addressing; gfx950 kernels use flat scratch instead.
@@ -132,40 +91,40 @@ pub fn init_wave(
         push(u32::MAX);
         push(1 << 23);
     }
-    if setup.prop(1) {
+    if kd.enable_sgpr_dispatch_ptr() {
         push(d.dispatch_ptr as u32);
         push((d.dispatch_ptr >> 32) as u32);
     }
-    if setup.prop(2) {
+    if kd.enable_sgpr_queue_ptr() {
         push(d.queue_ptr as u32);
         push((d.queue_ptr >> 32) as u32);
     }
-    if setup.prop(3) {
+    if kd.enable_sgpr_kernarg_segment_ptr() {
         push(d.kernarg_addr as u32);
         push((d.kernarg_addr >> 32) as u32);
     }
-    if setup.prop(4) {
+    if kd.enable_sgpr_dispatch_id() {
         push(d.dispatch_id as u32);
         push((d.dispatch_id >> 32) as u32);
     }
-    if setup.prop(5) {
+    if kd.enable_sgpr_flat_scratch_init() {
         // Flat scratch init: gfx950 has architected flat scratch, so this only informs code
         // that reads it; private accesses go through the private aperture either way.
         push(0);
         push(0);
     }
-    if setup.prop(6) {
-        push(setup.private_segment_fixed_size);
+    if kd.enable_sgpr_private_segment_size() {
+        push(kd.private_segment_fixed_size);
     }
-    for i in 0..setup.kernarg_preload_length {
-        let at = 4 * (setup.kernarg_preload_offset + i) as usize;
+    for i in 0..kd.kernarg_preload_length() {
+        let at = 4 * (kd.kernarg_preload_offset() + i) as usize;
         let mut b = [0u8; 4];
         for (k, byte) in b.iter_mut().enumerate() {
             *byte = d.kernarg.get(at + k).copied().unwrap_or(0);
         }
         push(u32::from_le_bytes(b));
     }
-    let user = setup.user_sgpr_count() as usize;
+    let user = kd.user_sgpr_count() as usize;
     if user_vals.len() > user {
         return Err(FaultKind::Launch(format!(
             "kernel descriptor enables {} user SGPRs but USER_SGPR_COUNT is {user}",
@@ -174,12 +133,17 @@ pub fn init_wave(
     }
     // System SGPRs follow the user SGPRs.
     let mut system = Vec::new();
-    for (dim, bit) in [7, 8, 9].into_iter().enumerate() {
-        if setup.rsrc2 >> bit & 1 != 0 {
+    let wg_id_enabled = [
+        kd.enable_workgroup_id_x(),
+        kd.enable_workgroup_id_y(),
+        kd.enable_workgroup_id_z(),
+    ];
+    for (dim, enabled) in wg_id_enabled.into_iter().enumerate() {
+        if enabled {
             system.push(wg[dim]);
         }
     }
-    if setup.rsrc2 >> 10 & 1 != 0 {
+    if kd.enable_workgroup_info() {
         // Workgroup info (TG_SIZE): waves in the group in bits 5:0, this wave's index in
         // bits 11:6 and "first wave" in bit 31.
         system.push(
@@ -209,7 +173,7 @@ pub fn init_wave(
             let x = t % d.block[0];
             let y = (t / d.block[0]) % d.block[1];
             let z = t / (d.block[0] * d.block[1]);
-            let ids = match setup.workitem_id_dims() {
+            let ids = match kd.workitem_id_vgprs() {
                 0 => x,
                 1 => x | (y << 10),
                 _ => x | (y << 10) | (z << 20),
@@ -221,7 +185,7 @@ pub fn init_wave(
     w.mode = setup.initial_mode();
     w.sgpr[sreg::M0 as usize] = 0;
     let _ = SHARED_APERTURE; // apertures are constants read through src_shared_base etc.
-    Ok(if setup.kernarg_preload_length > 0 {
+    Ok(if kd.kernarg_preload_length() > 0 {
         entry + KERNARG_PRELOAD_SKIP
     } else {
         entry
@@ -252,13 +216,14 @@ mod tests {
     #[test]
     fn descriptor_fields() {
         let s = KernelSetup::from_descriptor(&descriptor());
-        assert_eq!(s.kernarg_size, 344);
-        assert_eq!(s.entry_offset, -0x40);
-        assert_eq!(s.user_sgpr_count(), 16);
-        assert_eq!(s.workitem_id_dims(), 2);
-        assert_eq!(s.accum_offset(), 256);
-        assert_eq!(s.kernarg_preload_length, 8);
-        assert_eq!(s.kernarg_preload_offset, 0);
+        let kd = &s.descriptor;
+        assert_eq!(kd.kernarg_size, 344);
+        assert_eq!(kd.kernel_code_entry_byte_offset, -0x40);
+        assert_eq!(kd.user_sgpr_count(), 16);
+        assert_eq!(kd.workitem_id_vgprs(), 2);
+        assert_eq!(kd.accum_offset(), 256);
+        assert_eq!(kd.kernarg_preload_length(), 8);
+        assert_eq!(kd.kernarg_preload_offset(), 0);
         // denorm 0xf in MODE bits 7:4, DX10 bit 8, IEEE bit 9.
         assert_eq!(s.initial_mode(), 0xf0 | (1 << 8) | (1 << 9));
     }

@@ -16,7 +16,7 @@
 
 use super::buffer::{BufferAccess, BufferResource, lane_access};
 use super::dsops::{Rmw, rmw32, rmw64};
-use super::fault::FaultKind;
+use super::fault::{FaultKind, unimpl};
 use super::interp::Env;
 use super::memory::{APERTURE_SIZE, Lds, PRIVATE_APERTURE, SHARED_APERTURE};
 use super::mfma::Vgpr;
@@ -229,10 +229,6 @@ enum Target {
 
 /// Per-lane data of a load: up to 4 dwords.
 type Data = [[u32; 4]; 64];
-
-fn unimpl(i: &Inst, what: &str) -> FaultKind {
-    FaultKind::Unimplemented(format!("{} ({what})", i.mnemonic()))
-}
 
 fn bytes_of(d: &[u32; 4], len: usize) -> [u8; 16] {
     let mut b = [0u8; 16];

@@ -237,6 +237,99 @@ pub enum ValueType {
     V2Bf16,
 }
 
+/// What a vector compare opcode tests ([`Opcode::compare`]): generated with the opcode tables,
+/// so executing a compare needs no look at its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Compare {
+    /// The type both sources are read as (for a class test: the tested value's type; source 1
+    /// is then a 32-bit class mask).
+    pub ty: CmpType,
+    /// The predicate, or [`CmpPred::Class`].
+    pub pred: CmpPred,
+    /// `v_cmpx*`: the result is written to EXEC as well.
+    pub writes_exec: bool,
+}
+
+/// The type a vector compare reads its sources as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpType {
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+    /// IEEE double.
+    F64,
+    /// Signed 16-bit.
+    I16,
+    /// Signed 32-bit.
+    I32,
+    /// Signed 64-bit.
+    I64,
+    /// Unsigned 16-bit.
+    U16,
+    /// Unsigned 32-bit.
+    U32,
+    /// Unsigned 64-bit.
+    U64,
+}
+
+impl CmpType {
+    /// Width of one source operand in bits.
+    pub const fn bits(self) -> u32 {
+        match self {
+            CmpType::F16 | CmpType::I16 | CmpType::U16 => 16,
+            CmpType::F32 | CmpType::I32 | CmpType::U32 => 32,
+            CmpType::F64 | CmpType::I64 | CmpType::U64 => 64,
+        }
+    }
+}
+
+/// A vector compare predicate, spelled as in the mnemonic. Floating-point compares use the
+/// first sixteen (the `n*` forms and `u` are true for unordered operands, the others false);
+/// integer compares use `F`, `Lt`, `Eq`, `Le`, `Gt`, `Ne`, `Ge` and `T`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpPred {
+    /// Always false.
+    F,
+    /// Less than.
+    Lt,
+    /// Equal.
+    Eq,
+    /// Less or equal.
+    Le,
+    /// Greater than.
+    Gt,
+    /// Less or greater (ordered and not equal).
+    Lg,
+    /// Greater or equal.
+    Ge,
+    /// Ordered (neither operand NaN).
+    O,
+    /// Unordered (an operand NaN).
+    U,
+    /// Not greater or equal.
+    Nge,
+    /// Not less or greater.
+    Nlg,
+    /// Not greater than.
+    Ngt,
+    /// Not less or equal.
+    Nle,
+    /// Not equal (unordered or different).
+    Neq,
+    /// Not less than.
+    Nlt,
+    /// Always true (floating point).
+    Tru,
+    /// Not equal (integer).
+    Ne,
+    /// Always true (integer).
+    T,
+    /// `v_cmp_class_*`: source 0's IEEE class (signalling NaN, quiet NaN, -inf, -normal,
+    /// -denormal, -0, +0, +denormal, +normal, +inf: bits 0 to 9) is in source 1's mask.
+    Class,
+}
+
 /// Register file named by a vector register field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum File {
@@ -456,3 +549,42 @@ pub(crate) struct OpDesc {
 
 /// "No entry" in the opcode maps and `alt_*` links.
 pub(crate) const NONE: u16 = u16::MAX;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated facts cover exactly the `v_cmp*` opcodes and say what their names say.
+    #[test]
+    fn compare_facts_match_the_mnemonics() {
+        for &op in Opcode::ALL {
+            assert_eq!(
+                op.name().starts_with("v_cmp"),
+                op.compare().is_some(),
+                "{}",
+                op.name()
+            );
+        }
+        let c = |ty, pred, writes_exec| {
+            Some(Compare {
+                ty,
+                pred,
+                writes_exec,
+            })
+        };
+        assert_eq!(
+            Opcode::V_CMPX_NGT_F16.compare(),
+            c(CmpType::F16, CmpPred::Ngt, true)
+        );
+        assert_eq!(
+            Opcode::V_CMP_NE_U64.compare(),
+            c(CmpType::U64, CmpPred::Ne, false)
+        );
+        assert_eq!(
+            Opcode::V_CMP_CLASS_F64.compare(),
+            c(CmpType::F64, CmpPred::Class, false)
+        );
+        assert_eq!(Opcode::V_CMP_T_I16.compare().map(|c| c.ty.bits()), Some(16));
+        assert_eq!(Opcode::V_ADD_F32.compare(), None);
+    }
+}
