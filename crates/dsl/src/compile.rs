@@ -136,7 +136,7 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
         timings.codegen = t.elapsed();
         let object = obj.as_slice().to_vec();
         let t = Instant::now();
-        let code_object = link::link(&object).map_err(|e| DslError::CodeObject(e.to_string()))?;
+        let code_object = link::link(&object)?;
         timings.link = t.elapsed();
         Ok(Compiled {
             code_object,

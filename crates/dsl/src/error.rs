@@ -5,7 +5,14 @@
 pub enum DslError {
     /// LLVM's IR builder refused an operation (a builder bug, reported rather than unwrapped).
     #[error("IR builder: {0}")]
-    Builder(String),
+    Builder(#[from] inkwell::builder::BuilderError),
+    /// A layout operation failed: a view, tile or partition that does not fit its layout.
+    #[error(transparent)]
+    Layout(#[from] tilegen_layout::LayoutError),
+    /// An invariant of this crate broke (an intrinsic that returned nothing, a value of an
+    /// unexpected LLVM type): a bug here, reported rather than panicked on.
+    #[error("internal: {0}")]
+    Internal(String),
     /// An LDS allocation past gfx950's per-workgroup budget.
     #[error(
         "LDS budget exceeded: allocating {requested} bytes for `{name}` on top of {used} bytes passes the {limit}-byte limit"
@@ -20,12 +27,14 @@ pub enum DslError {
         /// The budget.
         limit: u32,
     },
-    /// A parameter or argument that does not exist or has another kind.
-    #[error("kernel has no {kind} parameter named `{name}`")]
+    /// A parameter handle that does not belong to this kernel's signature.
+    #[error("parameter {index} ({kind}) is not in the signature of kernel `{kernel}`")]
     NoSuchParam {
-        /// The name.
-        name: String,
-        /// The expected kind.
+        /// The kernel.
+        kernel: String,
+        /// The handle's position.
+        index: u32,
+        /// The handle's kind.
         kind: &'static str,
     },
     /// An operand that breaks an instruction's rule (checked before LLVM sees it).
@@ -50,15 +59,9 @@ pub enum DslError {
         /// LLVM's message.
         message: String,
     },
-    /// Linking or reading back the code object failed.
-    #[error("code object: {0}")]
-    CodeObject(String),
-}
-
-impl From<inkwell::builder::BuilderError> for DslError {
-    fn from(e: inkwell::builder::BuilderError) -> Self {
-        DslError::Builder(e.to_string())
-    }
+    /// Linking the object into a code object failed.
+    #[error("linking the code object: {0}")]
+    Link(#[from] tilegen_codeobj::link::LinkError),
 }
 
 /// Result alias of the builder.

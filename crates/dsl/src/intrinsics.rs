@@ -22,4 +22,6 @@ pub const KNOWN: &[&str] = &[
     "llvm.amdgcn.sched.group.barrier",
     "llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4",
     "llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4",
+    "llvm.amdgcn.mfma.f32.16x16x32.bf16",
+    "llvm.amdgcn.mfma.f32.32x32x16.bf16",
 ];

@@ -9,32 +9,83 @@ use inkwell::context::Context;
 use inkwell::intrinsics::Intrinsic;
 use inkwell::llvm_sys;
 use inkwell::module::Module;
-use inkwell::types::{BasicType, BasicTypeEnum};
-use inkwell::values::{
-    BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue,
-};
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
 use crate::error::{DslError, Result};
 use crate::int::Int;
 use crate::target::{self, addrspace};
+use crate::value::{Cond, Ty, Value};
 
-/// A kernel parameter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Param {
-    /// A pointer to global memory.
-    GlobalPtr(String),
-    /// A 32-bit integer passed by value.
-    I32(String),
+/// What a parameter holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ParamKind {
+    GlobalPtr,
+    I32,
 }
 
-impl Param {
-    fn name(&self) -> &str {
+impl ParamKind {
+    fn name(self) -> &'static str {
         match self {
-            Param::GlobalPtr(n) | Param::I32(n) => n,
+            ParamKind::GlobalPtr => "global pointer",
+            ParamKind::I32 => "i32",
         }
     }
 }
+
+/// A kernel's parameter list, declared before the kernel is built. Each declaration returns a
+/// typed handle that [`Kernel::ptr_arg`] / [`Kernel::i32_arg`] turn into the argument's value.
+/// A handle is its parameter's position and kind: one used with a kernel of another signature
+/// is refused only where that position has another kind or does not exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Signature {
+    params: Vec<(String, ParamKind)>,
+}
+
+/// Handle of a global-pointer parameter (see [`Signature::global_ptr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PtrParam(u32);
+
+/// Handle of an `i32` parameter (see [`Signature::i32`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct I32Param(u32);
+
+impl Signature {
+    /// No parameters.
+    pub fn new() -> Self {
+        Signature::default()
+    }
+
+    fn push(&mut self, name: &str, kind: ParamKind) -> u32 {
+        self.params.push((name.to_string(), kind));
+        (self.params.len() - 1) as u32
+    }
+
+    /// Appends a pointer to global memory named `name`.
+    pub fn global_ptr(&mut self, name: &str) -> PtrParam {
+        PtrParam(self.push(name, ParamKind::GlobalPtr))
+    }
+
+    /// Appends a 32-bit integer passed by value named `name`.
+    pub fn i32(&mut self, name: &str) -> I32Param {
+        I32Param(self.push(name, ParamKind::I32))
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.params.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+}
+
+/// A global-pointer argument: the base a [`crate::Buffer`] is made over.
+#[derive(Debug, Clone, Copy)]
+pub struct Ptr<'ctx>(pub(crate) PointerValue<'ctx>);
 
 /// Launch-shape facts the compiler can exploit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +104,7 @@ pub struct Kernel<'ctx> {
     pub(crate) builder: Builder<'ctx>,
     pub(crate) func: FunctionValue<'ctx>,
     entry: BasicBlock<'ctx>,
-    params: Vec<Param>,
+    signature: Signature,
     name: String,
     pub(crate) lds_used: Cell<u32>,
     pub(crate) lds_allocs: RefCell<Vec<(String, u32)>>,
@@ -99,11 +150,11 @@ extern "C" fn collect_diagnostic(
 }
 
 impl<'ctx> Kernel<'ctx> {
-    /// Starts a kernel `name(params...)` for gfx950.
+    /// Starts a kernel `name(signature...)` for gfx950.
     pub fn new(
         ctx: &'ctx Context,
         name: &str,
-        params: &[Param],
+        signature: &Signature,
         attrs: KernelAttrs,
     ) -> Result<Self> {
         if attrs.workgroup_size == 0 || attrs.workgroup_size > target::MAX_WORKGROUP_SIZE {
@@ -125,11 +176,12 @@ impl<'ctx> Kernel<'ctx> {
             Ok(())
         })?;
         let global_ptr = ctx.ptr_type(AddressSpace::from(addrspace::GLOBAL));
-        let arg_types: Vec<_> = params
+        let arg_types: Vec<_> = signature
+            .params
             .iter()
-            .map(|p| match p {
-                Param::GlobalPtr(_) => global_ptr.into(),
-                Param::I32(_) => ctx.i32_type().into(),
+            .map(|(_, kind)| match kind {
+                ParamKind::GlobalPtr => global_ptr.into(),
+                ParamKind::I32 => ctx.i32_type().into(),
             })
             .collect();
         let func = module.add_function(name, ctx.void_type().fn_type(&arg_types, false), None);
@@ -160,12 +212,12 @@ impl<'ctx> Kernel<'ctx> {
                 ),
             );
         }
-        for (i, p) in params.iter().enumerate() {
+        for (i, (name, kind)) in signature.params.iter().enumerate() {
             let arg = func
                 .get_nth_param(i as u32)
-                .ok_or_else(|| DslError::Builder("parameter count".into()))?;
-            arg.set_name(p.name());
-            if let Param::GlobalPtr(_) = p {
+                .ok_or_else(|| DslError::Internal("parameter count".into()))?;
+            arg.set_name(name);
+            if *kind == ParamKind::GlobalPtr {
                 // Buffers of one launch never alias; this lets loads be reordered freely.
                 func.add_attribute(AttributeLoc::Param(i as u32), enum_attr(ctx, "noalias", 0));
             }
@@ -189,7 +241,7 @@ impl<'ctx> Kernel<'ctx> {
             builder,
             func,
             entry,
-            params: params.to_vec(),
+            signature: signature.clone(),
             name: name.to_string(),
             lds_used: Cell::new(0),
             lds_allocs: RefCell::new(Vec::new()),
@@ -209,13 +261,18 @@ impl<'ctx> Kernel<'ctx> {
     }
 
     /// The LLVM context.
-    pub fn context(&self) -> &'ctx Context {
+    pub(crate) fn context(&self) -> &'ctx Context {
         self.ctx
     }
 
-    /// The module (for inspection; compile with [`crate::compile`]).
-    pub fn module(&self) -> &Module<'ctx> {
+    /// The module (compile it with [`crate::compile`]).
+    pub(crate) fn module(&self) -> &Module<'ctx> {
         &self.module
+    }
+
+    /// The signature the kernel was declared with.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
     }
 
     /// A fresh value name with `prefix`, so the IR stays readable.
@@ -225,36 +282,30 @@ impl<'ctx> Kernel<'ctx> {
         format!("{prefix}{n}")
     }
 
-    fn param_index(&self, name: &str, kind: &'static str, want: fn(&Param) -> bool) -> Result<u32> {
-        self.params
-            .iter()
-            .position(|p| p.name() == name && want(p))
-            .map(|i| i as u32)
-            .ok_or_else(|| DslError::NoSuchParam {
-                name: name.to_string(),
-                kind,
-            })
+    fn param(&self, index: u32, kind: ParamKind) -> Result<BasicValueEnum<'ctx>> {
+        let declared = self.signature.params.get(index as usize);
+        match (declared, self.func.get_nth_param(index)) {
+            (Some((_, k)), Some(v)) if *k == kind => Ok(v),
+            _ => Err(DslError::NoSuchParam {
+                kernel: self.name.clone(),
+                index,
+                kind: kind.name(),
+            }),
+        }
     }
 
-    /// A global-pointer parameter.
-    pub fn ptr_param(&self, name: &str) -> Result<PointerValue<'ctx>> {
-        let i = self.param_index(name, "global pointer", |p| matches!(p, Param::GlobalPtr(_)))?;
-        Ok(self
-            .func
-            .get_nth_param(i)
-            .expect("index checked")
-            .into_pointer_value())
+    /// The value of a global-pointer parameter.
+    pub fn ptr_arg(&self, p: PtrParam) -> Result<Ptr<'ctx>> {
+        Ok(Ptr(self
+            .param(p.0, ParamKind::GlobalPtr)?
+            .into_pointer_value()))
     }
 
-    /// An i32 parameter.
-    pub fn i32_param(&self, name: &str) -> Result<Int<'_, 'ctx>> {
-        let i = self.param_index(name, "i32", |p| matches!(p, Param::I32(_)))?;
+    /// The value of an `i32` parameter.
+    pub fn i32_arg(&self, p: I32Param) -> Result<Int<'_, 'ctx>> {
         Ok(Int::new(
             self,
-            self.func
-                .get_nth_param(i)
-                .expect("index checked")
-                .into_int_value(),
+            self.param(p.0, ParamKind::I32)?.into_int_value(),
         ))
     }
 
@@ -287,7 +338,7 @@ impl<'ctx> Kernel<'ctx> {
     fn id_call(&self, name: &str) -> Result<Int<'_, 'ctx>> {
         let v = self
             .call_intrinsic(name, &[], &[])?
-            .ok_or_else(|| DslError::Builder(format!("{name} returned nothing")))?;
+            .ok_or_else(|| DslError::Internal(format!("{name} returned nothing")))?;
         Ok(Int::new(self, v.into_int_value()))
     }
 
@@ -314,14 +365,14 @@ impl<'ctx> Kernel<'ctx> {
                 &[self.ctx.i32_type().into()],
                 &[v.value().into()],
             )?
-            .ok_or_else(|| DslError::Builder("readfirstlane returned nothing".into()))?;
+            .ok_or_else(|| DslError::Internal("readfirstlane returned nothing".into()))?;
         Ok(Int::new(self, r.into_int_value()))
     }
 
-    /// A mutable variable of type `ty`, initialised to `init`. Variables live in allocas that
-    /// LLVM's SROA promotes to registers; they are how loops carry state.
-    pub fn var<T: BasicType<'ctx>>(&self, ty: T, init: BasicValueEnum<'ctx>) -> Result<Var<'ctx>> {
-        let ty = ty.as_basic_type_enum();
+    /// A mutable variable initialised to `init` (its type is `init`'s). Variables live in
+    /// allocas that LLVM's SROA promotes to registers; they are how loops carry state.
+    pub fn var(&self, init: Value<'ctx>) -> Result<Var<'ctx>> {
+        let ty = init.ty().llvm(self);
         let here = self.builder.get_insert_block();
         // Allocas belong at the top of the entry block, or SROA will not promote them.
         match self.entry.get_first_instruction() {
@@ -332,18 +383,24 @@ impl<'ctx> Kernel<'ctx> {
         if let Some(bb) = here {
             self.builder.position_at_end(bb);
         }
-        self.builder.build_store(ptr, init)?;
-        Ok(Var { ptr, ty })
+        self.builder.build_store(ptr, init.v)?;
+        Ok(Var { ptr, ty: init.ty() })
     }
 
     /// Reads a variable.
-    pub fn get(&self, var: &Var<'ctx>) -> Result<BasicValueEnum<'ctx>> {
-        Ok(self.builder.build_load(var.ty, var.ptr, "")?)
+    pub fn get(&self, var: &Var<'ctx>) -> Result<Value<'ctx>> {
+        Value::new(self.builder.build_load(var.ty.llvm(self), var.ptr, "")?)
     }
 
-    /// Writes a variable.
-    pub fn set(&self, var: &Var<'ctx>, v: BasicValueEnum<'ctx>) -> Result<()> {
-        self.builder.build_store(var.ptr, v)?;
+    /// Writes a variable; `v` must have the variable's type.
+    pub fn set(&self, var: &Var<'ctx>, v: Value<'ctx>) -> Result<()> {
+        if v.ty() != var.ty {
+            return Err(DslError::Operand {
+                op: "set",
+                rule: format!("a {:?} into a {:?} variable", v.ty(), var.ty),
+            });
+        }
+        self.builder.build_store(var.ptr, v.v)?;
         Ok(())
     }
 
@@ -366,7 +423,7 @@ impl<'ctx> Kernel<'ctx> {
         let pre = self
             .builder
             .get_insert_block()
-            .ok_or_else(|| DslError::Builder("no insert block".into()))?;
+            .ok_or_else(|| DslError::Internal("no insert block".into()))?;
         let header = self.ctx.append_basic_block(self.func, &self.fresh("loop"));
         let exit = self
             .ctx
@@ -386,7 +443,7 @@ impl<'ctx> Kernel<'ctx> {
         let latch = self
             .builder
             .get_insert_block()
-            .ok_or_else(|| DslError::Builder("no insert block".into()))?;
+            .ok_or_else(|| DslError::Internal("no insert block".into()))?;
         phi.add_incoming(&[(&next, latch)]);
         let again = self
             .builder
@@ -397,10 +454,15 @@ impl<'ctx> Kernel<'ctx> {
     }
 
     /// `if cond { then() }`.
-    pub fn if_then(&self, cond: IntValue<'ctx>, then: impl FnOnce() -> Result<()>) -> Result<()> {
+    pub fn if_then(
+        &self,
+        cond: impl Into<Cond<'ctx>>,
+        then: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let body = self.ctx.append_basic_block(self.func, &self.fresh("then"));
         let join = self.ctx.append_basic_block(self.func, &self.fresh("endif"));
-        self.builder.build_conditional_branch(cond, body, join)?;
+        self.builder
+            .build_conditional_branch(cond.into().0, body, join)?;
         self.builder.position_at_end(body);
         then()?;
         self.builder.build_unconditional_branch(join)?;
@@ -412,20 +474,6 @@ impl<'ctx> Kernel<'ctx> {
     pub fn finish(&self) -> Result<()> {
         self.builder.build_return(None)?;
         Ok(())
-    }
-
-    /// The builder, for operations this crate does not wrap.
-    pub fn builder(&self) -> &Builder<'ctx> {
-        &self.builder
-    }
-
-    /// Bitcast helper.
-    pub fn bitcast<T: BasicType<'ctx>>(
-        &self,
-        v: BasicValueEnum<'ctx>,
-        ty: T,
-    ) -> Result<BasicValueEnum<'ctx>> {
-        Ok(self.builder.build_bit_cast(v, ty, "")?)
     }
 }
 
@@ -450,7 +498,14 @@ fn enum_attr(ctx: &Context, name: &str, val: u64) -> Attribute {
 #[derive(Debug, Clone, Copy)]
 pub struct Var<'ctx> {
     ptr: PointerValue<'ctx>,
-    ty: BasicTypeEnum<'ctx>,
+    ty: Ty,
+}
+
+impl Var<'_> {
+    /// The type of its values.
+    pub fn ty(&self) -> Ty {
+        self.ty
+    }
 }
 
 #[cfg(test)]
@@ -463,7 +518,7 @@ mod tests {
         let k = Kernel::new(
             &ctx,
             "k",
-            &[],
+            &Signature::new(),
             KernelAttrs {
                 workgroup_size: 64,
                 waves_per_eu: None,

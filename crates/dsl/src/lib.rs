@@ -6,6 +6,7 @@
 //! and links the object into a loadable code object in process.
 #![deny(missing_docs)]
 
+mod atom;
 mod compile;
 mod error;
 mod int;
@@ -15,11 +16,16 @@ mod mem;
 mod mfma;
 pub mod target;
 mod tensor;
+mod value;
 
+pub use atom::MmaAtom;
 pub use compile::{CompileOptions, Compiled, Timings, compile};
 pub use error::{DslError, Result};
+/// The LLVM context a [`Kernel`] is built in (one per thread; kernels borrow it).
+pub use inkwell::context::Context;
 pub use int::Int;
-pub use kernel::{Kernel, KernelAttrs, Param, Var};
+pub use kernel::{I32Param, Kernel, KernelAttrs, Ptr, PtrParam, Signature, Var};
 pub use mem::{Buffer, CachePolicy, Lds, RAW_BUFFER_FLAGS};
-pub use mfma::{MfmaOperand, MfmaShape, MxFormat, sched, waitcnt_vmcnt};
-pub use tensor::{DevIdx, DevLayout, Storage, TileTensor};
+pub use mfma::{Bf16Shape, MfmaOperand, MfmaShape, MxFormat, sched, waitcnt_vmcnt};
+pub use tensor::{DevIdx, DevLayout, Storage, TileTensor, dev_layout, downcast, split_strides};
+pub use value::{Cond, Elem, Ty, Value};

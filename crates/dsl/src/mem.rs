@@ -5,13 +5,13 @@ use inkwell::AddressSpace;
 use inkwell::AtomicOrdering;
 use inkwell::llvm_sys;
 use inkwell::module::Linkage;
-use inkwell::types::{BasicType, BasicTypeEnum};
-use inkwell::values::{AsValueRef, BasicValue, BasicValueEnum, PointerValue};
+use inkwell::values::{AsValueRef, BasicValue, BasicValueEnum, IntValue, PointerValue};
 
 use crate::error::{DslError, Result};
 use crate::int::Int;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Ptr};
 use crate::target::{self, addrspace};
+use crate::value::{Elem, Ty, Value};
 
 /// Cache policy of a buffer access, as gfx950's `sc0`/`sc1`/`nt` bits (CDNA3/4 memory model:
 /// `sc0`/`sc1` set the coherence scope, `nt` marks streaming data).
@@ -60,8 +60,16 @@ pub const RAW_BUFFER_FLAGS: u64 = 0x0002_7000;
 #[derive(Debug, Clone, Copy)]
 pub struct Buffer<'ctx> {
     rsrc: PointerValue<'ctx>,
+    records: IntValue<'ctx>,
     /// Default cache policy of this buffer's accesses.
     pub policy: CachePolicy,
+}
+
+impl<'ctx> Buffer<'ctx> {
+    /// Its size in bytes (`num_records`): an offset at or past it is out of range.
+    pub fn records<'k>(&self, k: &'k Kernel<'ctx>) -> Int<'k, 'ctx> {
+        Int::from_value(k, self.records)
+    }
 }
 
 /// An LDS allocation.
@@ -74,21 +82,15 @@ pub struct Lds<'ctx> {
     pub align: u32,
 }
 
-impl<'ctx> Lds<'ctx> {
-    /// The allocation's base pointer (`ptr addrspace(3)`).
-    pub fn ptr(&self) -> PointerValue<'ctx> {
-        self.ptr
-    }
-}
-
 impl<'ctx> Kernel<'ctx> {
     /// A raw buffer resource of `num_records` bytes over `base`.
     pub fn buffer(
         &self,
-        base: PointerValue<'ctx>,
+        base: Ptr<'ctx>,
         num_records: Int<'_, 'ctx>,
         policy: CachePolicy,
     ) -> Result<Buffer<'ctx>> {
+        let base = base.0;
         let i64t = self.ctx.i64_type();
         let n = self
             .builder
@@ -110,25 +112,22 @@ impl<'ctx> Kernel<'ctx> {
                         .into(),
                 ],
             )?
-            .ok_or_else(|| DslError::Builder("make.buffer.rsrc returned nothing".into()))?;
+            .ok_or_else(|| DslError::Internal("make.buffer.rsrc returned nothing".into()))?;
         Ok(Buffer {
             rsrc: r.into_pointer_value(),
+            records: num_records.value(),
             policy,
         })
     }
 
-    fn dword_type(&self, dwords: u32) -> Result<BasicTypeEnum<'ctx>> {
-        let i32t = self.ctx.i32_type();
-        Ok(match dwords {
-            1 => i32t.into(),
-            2..=4 => i32t.vec_type(dwords).into(),
-            _ => {
-                return Err(DslError::Operand {
-                    op: "buffer access",
-                    rule: format!("{dwords} dwords: a buffer access moves 1 to 4 dwords"),
-                });
-            }
-        })
+    fn dword_type(&self, dwords: u32) -> Result<Ty> {
+        if !(1..=4).contains(&dwords) {
+            return Err(DslError::Operand {
+                op: "buffer access",
+                rule: format!("{dwords} dwords: a buffer access moves 1 to 4 dwords"),
+            });
+        }
+        Ok(Ty::dwords(dwords))
     }
 
     /// `buffer_load_dword[xN]`: `dwords` dwords at byte `voffset + soffset` (per lane
@@ -139,7 +138,7 @@ impl<'ctx> Kernel<'ctx> {
         voffset: Int<'_, 'ctx>,
         soffset: Int<'_, 'ctx>,
         dwords: u32,
-    ) -> Result<BasicValueEnum<'ctx>> {
+    ) -> Result<Value<'ctx>> {
         self.buffer_load_with(buf, voffset, soffset, dwords, buf.policy)
     }
 
@@ -151,10 +150,24 @@ impl<'ctx> Kernel<'ctx> {
         soffset: Int<'_, 'ctx>,
         dwords: u32,
         policy: CachePolicy,
-    ) -> Result<BasicValueEnum<'ctx>> {
-        let ty = self.dword_type(dwords)?;
-        let aux = self.ctx.i32_type().const_int(policy.aux_bits(), false);
+    ) -> Result<Value<'ctx>> {
         let (voffset, soffset) = self.fold_offsets(voffset, soffset);
+        self.raw_buffer_load(buf, voffset, soffset, dwords, policy)
+    }
+
+    /// [`Kernel::buffer_load`] with the offsets exactly as given. A view's lane offsets are
+    /// loop-invariant, so a constant moved into them is hoisted with them (one VGPR per
+    /// constant) instead of reaching the instruction's immediate: views keep it uniform.
+    pub(crate) fn raw_buffer_load(
+        &self,
+        buf: &Buffer<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+        dwords: u32,
+        policy: CachePolicy,
+    ) -> Result<Value<'ctx>> {
+        let ty = self.dword_type(dwords)?.llvm(self);
+        let aux = self.ctx.i32_type().const_int(policy.aux_bits(), false);
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.load",
             &[ty],
@@ -165,20 +178,40 @@ impl<'ctx> Kernel<'ctx> {
                 aux.into(),
             ],
         )?
-        .ok_or_else(|| DslError::Builder("buffer load returned nothing".into()))
+        .ok_or_else(|| DslError::Internal("buffer load returned nothing".into()))
+        .and_then(Value::new)
     }
 
-    /// `buffer_store_*`: stores `value` (any 1..4-dword scalar or vector type) at byte
-    /// `voffset + soffset`.
+    /// `buffer_store_*`: stores `value` (1 to 4 dwords) at byte `voffset + soffset`.
     pub fn buffer_store(
         &self,
         buf: &Buffer<'ctx>,
-        value: BasicValueEnum<'ctx>,
+        value: Value<'ctx>,
         voffset: Int<'_, 'ctx>,
         soffset: Int<'_, 'ctx>,
     ) -> Result<()> {
-        let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
         let (voffset, soffset) = self.fold_offsets(voffset, soffset);
+        self.raw_buffer_store(buf, value, voffset, soffset)
+    }
+
+    /// [`Kernel::buffer_store`] with the offsets exactly as given (see
+    /// [`Kernel::raw_buffer_load`]).
+    pub(crate) fn raw_buffer_store(
+        &self,
+        buf: &Buffer<'ctx>,
+        value: Value<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+    ) -> Result<()> {
+        let bytes = value.ty().bytes();
+        if !bytes.is_multiple_of(4) {
+            return Err(DslError::Operand {
+                op: "buffer_store",
+                rule: format!("{bytes} bytes: a buffer store moves whole dwords"),
+            });
+        }
+        let value = self.bitcast(value, self.dword_type(bytes / 4)?)?.v;
+        let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.store",
             &[value.get_type()],
@@ -290,17 +323,17 @@ impl<'ctx> Kernel<'ctx> {
     }
 
     /// Loads `ty` from LDS at byte `offset` with alignment `align`.
-    pub fn lds_load<T: BasicType<'ctx>>(
+    pub fn lds_load(
         &self,
         lds: &Lds<'ctx>,
         offset: Int<'_, 'ctx>,
-        ty: T,
+        ty: Ty,
         align: u32,
-    ) -> Result<BasicValueEnum<'ctx>> {
+    ) -> Result<Value<'ctx>> {
         let p = self.lds_ptr(lds, offset)?;
-        let v = self.builder.build_load(ty, p, "")?;
+        let v = self.builder.build_load(ty.llvm(self), p, "")?;
         set_alignment(v, align);
-        Ok(v)
+        Value::new(v)
     }
 
     /// Stores `value` to LDS at byte `offset` with alignment `align`.
@@ -308,13 +341,13 @@ impl<'ctx> Kernel<'ctx> {
         &self,
         lds: &Lds<'ctx>,
         offset: Int<'_, 'ctx>,
-        value: BasicValueEnum<'ctx>,
+        value: Value<'ctx>,
         align: u32,
     ) -> Result<()> {
         let p = self.lds_ptr(lds, offset)?;
-        let st = self.builder.build_store(p, value)?;
+        let st = self.builder.build_store(p, value.v)?;
         st.set_alignment(align)
-            .map_err(|e| DslError::Builder(e.to_string()))?;
+            .map_err(|e| DslError::Internal(format!("LDS store alignment {align}: {e}")))?;
         Ok(())
     }
 
@@ -325,20 +358,11 @@ impl<'ctx> Kernel<'ctx> {
         lds: &Lds<'ctx>,
         offset: Int<'_, 'ctx>,
         bits: u32,
-    ) -> Result<BasicValueEnum<'ctx>> {
-        let (name, ty): (&str, BasicTypeEnum) = match bits {
-            4 => (
-                "llvm.amdgcn.ds.read.tr4.b64",
-                self.ctx.i32_type().vec_type(2).into(),
-            ),
-            8 => (
-                "llvm.amdgcn.ds.read.tr8.b64",
-                self.ctx.i32_type().vec_type(2).into(),
-            ),
-            16 => (
-                "llvm.amdgcn.ds.read.tr16.b64",
-                self.ctx.i16_type().vec_type(4).into(),
-            ),
+    ) -> Result<Value<'ctx>> {
+        let (name, ty) = match bits {
+            4 => ("llvm.amdgcn.ds.read.tr4.b64", Ty::dwords(2)),
+            8 => ("llvm.amdgcn.ds.read.tr8.b64", Ty::dwords(2)),
+            16 => ("llvm.amdgcn.ds.read.tr16.b64", Ty::vector(Elem::I16, 4)),
             _ => {
                 return Err(DslError::Operand {
                     op: "lds_load_tr_b64",
@@ -348,9 +372,9 @@ impl<'ctx> Kernel<'ctx> {
         };
         let p = self.lds_ptr(lds, offset)?;
         let v = self
-            .call_intrinsic(name, &[ty], &[p.into()])?
-            .ok_or_else(|| DslError::Builder("ds.read.tr returned nothing".into()))?;
-        self.bitcast(v, self.ctx.i32_type().vec_type(2))
+            .call_intrinsic(name, &[ty.llvm(self)], &[p.into()])?
+            .ok_or_else(|| DslError::Internal("ds.read.tr returned nothing".into()))?;
+        self.bitcast(Value::new(v)?, Ty::dwords(2))
     }
 
     /// A workgroup barrier that also orders LDS and global accesses: `s_barrier` alone does not

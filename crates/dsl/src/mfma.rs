@@ -1,11 +1,9 @@
 //! The block-scaled MFMA of gfx950 and the scheduling controls around it.
 
-use inkwell::types::BasicType;
-use inkwell::values::BasicValueEnum;
-
 use crate::error::{DslError, Result};
 use crate::int::Int;
 use crate::kernel::Kernel;
+use crate::value::{Elem, Ty, Value};
 
 /// Operand formats of `v_mfma_scale_f32_*_f8f6f4` (the `cbsz`/`blgp` codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,11 +70,51 @@ impl MfmaShape {
     }
 }
 
+/// Shapes of the dense bf16 MFMA (`v_mfma_f32_{16x16x32,32x32x16}_bf16`, 8 bf16 values of A
+/// and of B per lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bf16Shape {
+    /// 16x16 output, K = 32, 4 accumulator dwords per lane.
+    M16N16K32,
+    /// 32x32 output, K = 16, 16 accumulator dwords per lane.
+    M32N32K16,
+}
+
+impl Bf16Shape {
+    /// Rows (and columns) of the output tile.
+    pub fn mn(self) -> u32 {
+        match self {
+            Bf16Shape::M16N16K32 => 16,
+            Bf16Shape::M32N32K16 => 32,
+        }
+    }
+
+    /// K per instruction.
+    pub fn k(self) -> u32 {
+        match self {
+            Bf16Shape::M16N16K32 => 32,
+            Bf16Shape::M32N32K16 => 16,
+        }
+    }
+
+    /// f32 accumulators per lane.
+    pub fn acc_dwords(self) -> u32 {
+        self.mn() * self.mn() / 64
+    }
+
+    fn intrinsic(self) -> &'static str {
+        match self {
+            Bf16Shape::M16N16K32 => "llvm.amdgcn.mfma.f32.16x16x32.bf16",
+            Bf16Shape::M32N32K16 => "llvm.amdgcn.mfma.f32.32x32x16.bf16",
+        }
+    }
+}
+
 /// One side of a scaled MFMA: its data, format, and E8M0 scale dword with the byte to use.
 #[derive(Clone, Copy)]
 pub struct MfmaOperand<'k, 'ctx> {
     /// `<N x i32>` data (N = [`MxFormat::operand_dwords`]).
-    pub data: BasicValueEnum<'ctx>,
+    pub data: Value<'ctx>,
     /// Element format.
     pub format: MxFormat,
     /// A VGPR dword holding up to four E8M0 scale bytes (an SGPR or constant scale is read from
@@ -94,8 +132,8 @@ impl<'ctx> Kernel<'ctx> {
         shape: MfmaShape,
         a: MfmaOperand<'_, 'ctx>,
         b: MfmaOperand<'_, 'ctx>,
-        c: BasicValueEnum<'ctx>,
-    ) -> Result<BasicValueEnum<'ctx>> {
+        c: Value<'ctx>,
+    ) -> Result<Value<'ctx>> {
         for (side, op) in [("A", &a), ("B", &b)] {
             if op.scale_byte > 3 {
                 return Err(DslError::Operand {
@@ -103,41 +141,98 @@ impl<'ctx> Kernel<'ctx> {
                     rule: format!("{side} scale byte {} must be 0..=3", op.scale_byte),
                 });
             }
-            let want = op.format.operand_dwords();
-            let ok = op.data.is_vector_value()
-                && op.data.into_vector_value().get_type().get_size() == want;
-            if !ok {
+        }
+        self.f8f6f4(
+            shape,
+            (a.data, a.format, a.scale_byte, a.scale),
+            (b.data, b.format, b.scale_byte, b.scale),
+            c,
+        )
+    }
+
+    /// `D = C + A * B` with the unscaled `v_mfma_f32_*_f8f6f4` (A in format `a_format`, B in
+    /// `b_format`). LLVM spells it as the scaled intrinsic with constant zero scales and byte
+    /// selects, which its instruction selector turns into the unscaled instruction.
+    pub fn mfma_f8f6f4(
+        &self,
+        shape: MfmaShape,
+        a: Value<'ctx>,
+        a_format: MxFormat,
+        b: Value<'ctx>,
+        b_format: MxFormat,
+        c: Value<'ctx>,
+    ) -> Result<Value<'ctx>> {
+        let zero = self.i32(0);
+        self.f8f6f4(shape, (a, a_format, 0, zero), (b, b_format, 0, zero), c)
+    }
+
+    fn f8f6f4(
+        &self,
+        shape: MfmaShape,
+        a: (Value<'ctx>, MxFormat, u32, Int<'_, 'ctx>),
+        b: (Value<'ctx>, MxFormat, u32, Int<'_, 'ctx>),
+        c: Value<'ctx>,
+    ) -> Result<Value<'ctx>> {
+        for (side, (data, format, _, _)) in [("A", &a), ("B", &b)] {
+            let want = Ty::dwords(format.operand_dwords());
+            if data.ty() != want {
                 return Err(DslError::Operand {
-                    op: "mfma_scale",
-                    rule: format!("{side} operand in {:?} must be <{want} x i32>", op.format),
+                    op: "mfma",
+                    rule: format!("{side} operand in {format:?} must be {want:?}"),
                 });
             }
         }
+        check_acc(c, shape.acc_dwords())?;
         let i32t = self.ctx.i32_type();
         let imm = |v: u32| i32t.const_int(v as u64, false).into();
-        let acc_t = self.ctx.f32_type().vec_type(shape.acc_dwords());
-        if c.get_type() != acc_t.as_basic_type_enum() {
-            return Err(DslError::Operand {
-                op: "mfma_scale",
-                rule: format!("accumulator must be <{} x float>", shape.acc_dwords()),
-            });
+        let v = self
+            .call_intrinsic(
+                shape.intrinsic(),
+                &[a.0.v.get_type(), b.0.v.get_type()],
+                &[
+                    a.0.v.into(),
+                    b.0.v.into(),
+                    c.v.into(),
+                    imm(a.1 as u32),
+                    imm(b.1 as u32),
+                    imm(a.2),
+                    a.3.value().into(),
+                    imm(b.2),
+                    b.3.value().into(),
+                ],
+            )?
+            .ok_or_else(|| DslError::Internal("mfma returned nothing".into()))?;
+        Value::new(v)
+    }
+
+    /// `D = C + A * B` with `v_mfma_f32_*_bf16`: `a` and `b` are `<8 x bf16>`.
+    pub fn mfma_bf16(
+        &self,
+        shape: Bf16Shape,
+        a: Value<'ctx>,
+        b: Value<'ctx>,
+        c: Value<'ctx>,
+    ) -> Result<Value<'ctx>> {
+        let want = Ty::vector(Elem::Bf16, 8);
+        for (side, op) in [("A", &a), ("B", &b)] {
+            if op.ty() != want {
+                return Err(DslError::Operand {
+                    op: "mfma_bf16",
+                    rule: format!("{side} operand must be {want:?}, not {:?}", op.ty()),
+                });
+            }
         }
-        self.call_intrinsic(
-            shape.intrinsic(),
-            &[a.data.get_type(), b.data.get_type()],
-            &[
-                a.data.into(),
-                b.data.into(),
-                c.into(),
-                imm(a.format as u32),
-                imm(b.format as u32),
-                imm(a.scale_byte),
-                a.scale.value().into(),
-                imm(b.scale_byte),
-                b.scale.value().into(),
-            ],
-        )?
-        .ok_or_else(|| DslError::Builder("mfma returned nothing".into()))
+        check_acc(c, shape.acc_dwords())?;
+        let i32t = self.ctx.i32_type();
+        let zero = i32t.const_zero().into();
+        let v = self
+            .call_intrinsic(
+                shape.intrinsic(),
+                &[],
+                &[a.v.into(), b.v.into(), c.v.into(), zero, zero, zero],
+            )?
+            .ok_or_else(|| DslError::Internal("mfma returned nothing".into()))?;
+        Value::new(v)
     }
 
     /// `s_setprio prio` (0..=3): raise this wave's issue priority around a latency-critical
@@ -180,6 +275,16 @@ impl<'ctx> Kernel<'ctx> {
         self.call_intrinsic("llvm.amdgcn.s.waitcnt", &[], &[v.into()])?;
         Ok(())
     }
+}
+
+fn check_acc(c: Value<'_>, dwords: u32) -> Result<()> {
+    if c.ty() != Ty::vector(Elem::F32, dwords) {
+        return Err(DslError::Operand {
+            op: "mfma",
+            rule: format!("accumulator must be <{dwords} x float>, not {:?}", c.ty()),
+        });
+    }
+    Ok(())
 }
 
 /// Scheduler class masks of `sched_barrier` / `sched_group_barrier`.

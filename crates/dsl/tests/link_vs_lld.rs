@@ -3,39 +3,39 @@
 
 use std::process::Command;
 
-use inkwell::context::Context;
 use tilegen_dsl::{
-    CachePolicy, CompileOptions, Kernel, KernelAttrs, MfmaOperand, MfmaShape, MxFormat, Param,
-    compile,
+    CachePolicy, CompileOptions, Context, Elem, Kernel, KernelAttrs, MfmaOperand, MfmaShape,
+    MxFormat, Signature, Ty, compile,
 };
 
 fn sample_kernel(ctx: &Context) -> tilegen_dsl::Compiled {
-    let params = [
-        Param::GlobalPtr("a".into()),
-        Param::GlobalPtr("b".into()),
-        Param::GlobalPtr("c".into()),
-        Param::I32("n".into()),
-    ];
+    let mut sig = Signature::new();
+    let (pa, pb, pc, pn) = (
+        sig.global_ptr("a"),
+        sig.global_ptr("b"),
+        sig.global_ptr("c"),
+        sig.i32("n"),
+    );
     let k = Kernel::new(
         ctx,
         "sample",
-        &params,
+        &sig,
         KernelAttrs {
             workgroup_size: 64,
             waves_per_eu: None,
         },
     )
     .unwrap();
-    let n = k.i32_param("n").unwrap();
+    let n = k.i32_arg(pn).unwrap();
     let bytes = n * 16;
     let a = k
-        .buffer(k.ptr_param("a").unwrap(), bytes, CachePolicy::Always)
+        .buffer(k.ptr_arg(pa).unwrap(), bytes, CachePolicy::Always)
         .unwrap();
     let b = k
-        .buffer(k.ptr_param("b").unwrap(), bytes, CachePolicy::Streaming)
+        .buffer(k.ptr_arg(pb).unwrap(), bytes, CachePolicy::Streaming)
         .unwrap();
     let c = k
-        .buffer(k.ptr_param("c").unwrap(), bytes, CachePolicy::Always)
+        .buffer(k.ptr_arg(pc).unwrap(), bytes, CachePolicy::Always)
         .unwrap();
     let lds = k.lds_alloc("a_tile", 1024, 16).unwrap();
     let tid = k.thread_id().unwrap();
@@ -43,15 +43,14 @@ fn sample_kernel(ctx: &Context) -> tilegen_dsl::Compiled {
     let zero = k.i32(0);
     k.buffer_load_to_lds(&a, &lds, zero, off, zero, 16).unwrap();
     k.barrier().unwrap();
-    let i32x4 = ctx.i32_type().vec_type(4);
-    let av = k.lds_load(&lds, off, i32x4, 16).unwrap();
+    let av = k.lds_load(&lds, off, Ty::dwords(4), 16).unwrap();
     let bv = k.buffer_load(&b, off, zero, 4).unwrap();
-    let sc = k
+    let scale = k
         .buffer_load(&b, tid * 4, k.i32(1024), 1)
         .unwrap()
-        .into_int_value();
-    let scale = tilegen_dsl::Int::from_value(&k, sc);
-    let acc = ctx.f32_type().vec_type(4).const_zero().into();
+        .int(&k)
+        .unwrap();
+    let acc = k.zero(Ty::vector(Elem::F32, 4));
     let r = k
         .mfma_scale(
             MfmaShape::M16N16K128,

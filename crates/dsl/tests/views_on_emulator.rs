@@ -1,36 +1,53 @@
 //! Device views computed by the layout algebra, checked by running them on the emulator, and
 //! refusals that keep LLVM from seeing what it cannot lower.
 
-use inkwell::context::Context;
 use tilegen_dsl::{
-    CachePolicy, CompileOptions, DslError, Kernel, KernelAttrs, Param, Storage, TileTensor, compile,
+    CachePolicy, CompileOptions, Context, DslError, Elem, Kernel, KernelAttrs, Signature, Storage,
+    TileTensor, Ty, compile, dev_layout,
 };
 use tilegen_layout::{Coord, Idx, Layout};
 use tilegen_runtime::{ArgValue, Device, EmuDevice, LaunchConfig, launch};
 
 fn static_layout<'k, 'ctx>(l: &Layout) -> Layout<tilegen_dsl::Int<'k, 'ctx>> {
-    Layout::new(
-        l.shape()
-            .map(&mut |v| Idx::Static(v.static_value().unwrap())),
-        l.stride()
-            .map(&mut |v| Idx::Static(v.static_value().unwrap())),
-    )
-    .unwrap()
+    dev_layout(l).unwrap()
+}
+
+fn attrs() -> KernelAttrs {
+    KernelAttrs {
+        workgroup_size: 64,
+        waves_per_eu: None,
+    }
+}
+
+/// Runs kernel `name` of `built` with one 64-lane wave and an output buffer of `bytes`.
+fn run_one(built: &tilegen_dsl::Compiled, name: &str, bytes: usize) -> Vec<u8> {
+    let dev = EmuDevice::new();
+    let module = dev.load(&built.code_object).unwrap();
+    let buf = dev.alloc(bytes as u64).unwrap();
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    launch(&dev, &module, name, &config, &[ArgValue::Ptr(buf)]).unwrap();
+    let mut got = vec![0u8; bytes];
+    dev.copy_from_device(buf, &mut got).unwrap();
+    got
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
 fn tile_vectorize_distribute_give_the_mfma_lane_mapping() {
     let ctx = Context::create();
-    let k = Kernel::new(
-        &ctx,
-        "views",
-        &[Param::GlobalPtr("out".into())],
-        KernelAttrs {
-            workgroup_size: 64,
-            waves_per_eu: None,
-        },
-    )
-    .unwrap();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let k = Kernel::new(&ctx, "views", &sig, attrs()).unwrap();
     let lane = k.thread_id().unwrap();
     let lds = k.lds_alloc("tile", 32 * 256, 16).unwrap();
     // A row-major [32, 256]-byte LDS tile; the [16, 64] sub-tile at (1, 2); 16-byte vectors;
@@ -56,15 +73,16 @@ fn tile_vectorize_distribute_give_the_mfma_lane_mapping() {
     assert_eq!(frag.elem_bytes(), 16);
     let (base, lane_off) = frag.offsets(&Coord::from((0, 0))).unwrap();
     let out = k
-        .buffer(k.ptr_param("out").unwrap(), k.i32(256), CachePolicy::Always)
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(256),
+            CachePolicy::Always,
+        )
         .unwrap();
-    k.buffer_store(&out, (base + lane_off).value().into(), lane * 4, k.i32(0))
+    k.buffer_store(&out, (base + lane_off).into(), lane * 4, k.i32(0))
         .unwrap();
     // Register views: static coordinates only; memory-only operations refused.
-    let f32t = ctx.f32_type();
-    let vars = (0..4)
-        .map(|_| k.var(f32t, f32t.const_zero().into()).unwrap())
-        .collect();
+    let vars = (0..4).map(|_| k.var(k.zero(Ty::F32)).unwrap()).collect();
     let regs = TileTensor::registers(&k, vars, static_layout(&Layout::row_major((2, 2))));
     assert!(regs.load(&Coord::from((1, 1))).is_ok());
     assert!(matches!(
@@ -76,38 +94,127 @@ fn tile_vectorize_distribute_give_the_mfma_lane_mapping() {
     assert!(regs.distribute(&Layout::col_major((2, 2)), lane).is_err());
     k.finish().unwrap();
     let built = compile(&k, CompileOptions::default()).unwrap();
-
-    let dev = EmuDevice::new();
-    let module = dev.load(&built.code_object).unwrap();
-    let buf = dev.alloc(256).unwrap();
-    let config = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [64, 1, 1],
-        dynamic_lds: 0,
-    };
-    launch(&dev, &module, "views", &config, &[ArgValue::Ptr(buf)]).unwrap();
-    let mut got = vec![0u8; 256];
-    dev.copy_from_device(buf, &mut got).unwrap();
+    let got = words(&run_one(&built, "views", 256));
     for l in 0..64u32 {
-        let v = u32::from_le_bytes(got[4 * l as usize..4 * l as usize + 4].try_into().unwrap());
         let want = 16 * 256 + 2 * 64 + (l % 16) * 256 + (l / 16) * 16;
-        assert_eq!(v, want, "lane {l}");
+        assert_eq!(got[l as usize], want, "lane {l}");
+    }
+}
+
+/// A packed FP4 view: tiles and partitions count in elements, offsets come out in bytes. The
+/// partition's lane offsets are those of `distribute` over 16-byte vectors (the same MFMA
+/// operand mapping, here from a TV layout), and a run-time tile coordinate along the packed
+/// mode is refused where it would land inside a byte.
+#[test]
+fn packed_partition_counts_elements_and_offsets_bytes() {
+    let ctx = Context::create();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let k = Kernel::new(&ctx, "packed", &sig, attrs()).unwrap();
+    let lane = k.thread_id().unwrap();
+    let lds = k.lds_alloc("tile", 32 * 256, 16).unwrap();
+    // [32, 512] FP4 elements = [32, 256] bytes; the [16, 128]-element tile at (1, 2).
+    let view = TileTensor::packed(
+        &k,
+        Storage::Lds(lds),
+        static_layout(&Layout::row_major((32, 512))),
+        4,
+    )
+    .unwrap();
+    let tile = view
+        .tile(&[16, 128], &[Idx::Static(1), Idx::Static(2)])
+        .unwrap();
+    // Lane l holds row l % 16 and 32 consecutive elements from 32 (l / 16): (lane, value) ->
+    // row + 16 * k.
+    let tv = Layout::new(((16, 4), 32), ((1, 16 * 32), 16)).unwrap();
+    let frag = tile.partition(&tv, [16, 128], lane).unwrap();
+    assert_eq!(frag.layout().rank(), 3);
+    let (base, lane_off) = frag.offsets(&Coord::from((0, 0, 0))).unwrap();
+    // A value of the fragment is 16 bytes: one vector.
+    let v = frag.vectorize(&[32, 1, 1]).unwrap();
+    assert_eq!(v.elem_bytes(), 16);
+    // Half a byte into a packed mode: refused.
+    assert!(matches!(
+        frag.offsets(&Coord::from((1, 0, 0))),
+        Err(DslError::Operand { .. })
+    ));
+    assert!(matches!(
+        view.tile(&[16, 1], &[Idx::Static(0), lane.idx()]),
+        Err(DslError::Operand { .. })
+    ));
+    let out = k
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(256),
+            CachePolicy::Always,
+        )
+        .unwrap();
+    k.buffer_store(&out, (base + lane_off).into(), lane * 4, k.i32(0))
+        .unwrap();
+    k.finish().unwrap();
+    let built = compile(&k, CompileOptions::default()).unwrap();
+    let got = words(&run_one(&built, "packed", 256));
+    for l in 0..64u32 {
+        let want = 16 * 256 + 2 * 64 + (l % 16) * 256 + (l / 16) * 16;
+        assert_eq!(got[l as usize], want, "lane {l}");
+    }
+}
+
+/// Whole-value operations: slices, splits, concatenation, conversions and bitcasts, checked by
+/// what lands in memory.
+#[test]
+fn value_operations_on_the_emulator() {
+    let ctx = Context::create();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let k = Kernel::new(&ctx, "values", &sig, attrs()).unwrap();
+    let lane = k.thread_id().unwrap();
+    let out = k
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(64 * 32),
+            CachePolicy::Always,
+        )
+        .unwrap();
+    // <4 x i32> (lane, 1, 2, 3) -> reversed halves via split and concat.
+    let parts: Vec<_> = [lane, k.i32(1), k.i32(2), k.i32(3)]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let v = k.concat(&parts).unwrap();
+    assert_eq!(v.ty(), Ty::dwords(4));
+    let halves = k.split(v, 2).unwrap();
+    let swapped = k.concat(&[halves[1], halves[0]]).unwrap();
+    k.buffer_store(&out, swapped, lane * 32, k.i32(0)).unwrap();
+    // f32 3.0 -> bf16 (0x4040), twice, as one dword.
+    let three = k.bitcast(k.i32(0x4040_0000).into(), Ty::F32).unwrap();
+    let pair = k.concat(&[three, three]).unwrap();
+    let bf = k.convert(pair, Elem::Bf16).unwrap();
+    k.buffer_store(&out, bf, lane * 32 + 16, k.i32(0)).unwrap();
+    // Byte 2 of 0x00ab_0000 widened to an i32.
+    let bytes = k
+        .bitcast(k.i32(0x00ab_0000).into(), Ty::vector(Elem::I8, 4))
+        .unwrap();
+    let b2 = k.convert(k.slice(bytes, 2, 1).unwrap(), Elem::I32).unwrap();
+    k.buffer_store(&out, b2, lane * 32 + 20, k.i32(0)).unwrap();
+    // Refusals: sizes that do not match.
+    assert!(k.bitcast(swapped, Ty::I32).is_err());
+    assert!(k.split(swapped, 3).is_err());
+    assert!(k.slice(swapped, 3, 2).is_err());
+    assert!(k.convert(swapped, Elem::I8).is_err());
+    k.finish().unwrap();
+    let built = compile(&k, CompileOptions::default()).unwrap();
+    let got = words(&run_one(&built, "values", 64 * 32));
+    for l in 0..64usize {
+        let w = &got[8 * l..8 * l + 6];
+        assert_eq!(w, [2, 3, l as u32, 1, 0x4040_4040, 0xab], "lane {l}");
     }
 }
 
 #[test]
 fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
     let ctx = Context::create();
-    let k = Kernel::new(
-        &ctx,
-        "bad",
-        &[],
-        KernelAttrs {
-            workgroup_size: 64,
-            waves_per_eu: None,
-        },
-    )
-    .unwrap();
+    let k = Kernel::new(&ctx, "bad", &Signature::new(), attrs()).unwrap();
     assert!(matches!(k.setprio(4), Err(DslError::Operand { .. })));
     let lds = k.lds_alloc("a", 1024, 16).unwrap();
     assert!(matches!(
@@ -122,7 +229,7 @@ fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
         Kernel::new(
             &ctx,
             "wide",
-            &[],
+            &Signature::new(),
             KernelAttrs {
                 workgroup_size: 2048,
                 waves_per_eu: None
@@ -130,8 +237,9 @@ fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
         ),
         Err(DslError::Operand { .. })
     ));
-    assert!(matches!(
-        k.ptr_param("missing"),
-        Err(DslError::NoSuchParam { .. })
-    ));
+    // A handle of another kernel's signature: a typed error, not a wrong argument.
+    let mut other = Signature::new();
+    let _ = other.i32("n");
+    let p = other.global_ptr("p");
+    assert!(matches!(k.ptr_arg(p), Err(DslError::NoSuchParam { .. })));
 }

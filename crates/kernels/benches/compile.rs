@@ -187,10 +187,7 @@ fn main() {
             std::hint::black_box(k);
         }
         let full = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
-        ours.push((
-            median(times),
-            static_of(&full.code_object(), &full.asm(), 0),
-        ));
+        ours.push((median(times), static_of(full.code_object(), full.asm(), 0)));
     }
     let configs: Vec<String> = specs
         .iter()

@@ -1,7 +1,7 @@
 //! Building a spec into a code object, and what comes back.
 
-use inkwell::context::Context;
 use serde::Serialize;
+use tilegen_dsl::Context;
 use tilegen_dsl::target::{
     LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, SIMDS_PER_CU, WAVE_SIZE,
 };

@@ -1,32 +1,63 @@
 //! Pieces both GEMM kernels share: the signature and buffers, tile staging into LDS, and the
 //! epilogue that stores accumulators to C.
 
-use inkwell::types::BasicTypeEnum;
-use tilegen_dsl::{Buffer, CachePolicy, DslError, Int, Kernel, Lds, Param, Result};
+use tilegen_dsl::{
+    Buffer, CachePolicy, Cond, DslError, Elem, I32Param, Int, Kernel, Lds, PtrParam, Result,
+    Signature, Storage, TileTensor, Value, dev_layout,
+};
 use tilegen_layout::{Coord, Idx, Layout};
 
 use crate::mma::BlockScaledMmaOp;
 use crate::spec::OutDtype;
 
-/// Kernel parameters, in order. Every GEMM kernel has this signature:
-/// `(c, a, b, sfa, sfb, m, n, k)`.
-pub fn params() -> Vec<Param> {
-    vec![
-        Param::GlobalPtr("c".into()),
-        Param::GlobalPtr("a".into()),
-        Param::GlobalPtr("b".into()),
-        Param::GlobalPtr("sfa".into()),
-        Param::GlobalPtr("sfb".into()),
-        Param::I32("m".into()),
-        Param::I32("n".into()),
-        Param::I32("k".into()),
-    ]
+/// Handles of the GEMM kernel's parameters `(c, a, b, sfa, sfb, m, n, k)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmParams {
+    /// C, `[M, N]` in the output type.
+    pub c: PtrParam,
+    /// A, `[M, K/2]` packed FP4.
+    pub a: PtrParam,
+    /// B, `[N, K/2]` packed FP4 (preshuffled in the preb variant).
+    pub b: PtrParam,
+    /// A's E8M0 scales.
+    pub sfa: PtrParam,
+    /// B's E8M0 scales.
+    pub sfb: PtrParam,
+    /// M.
+    pub m: I32Param,
+    /// N.
+    pub n: I32Param,
+    /// K in elements.
+    pub k: I32Param,
+}
+
+/// The signature every GEMM kernel has, `(c, a, b, sfa, sfb, m, n, k)`, with its handles.
+pub fn signature() -> (Signature, GemmParams) {
+    let mut s = Signature::new();
+    let p = GemmParams {
+        c: s.global_ptr("c"),
+        a: s.global_ptr("a"),
+        b: s.global_ptr("b"),
+        sfa: s.global_ptr("sfa"),
+        sfb: s.global_ptr("sfb"),
+        m: s.i32("m"),
+        n: s.i32("n"),
+        k: s.i32("k"),
+    };
+    (s, p)
+}
+
+/// The GEMM signature alone, to declare a kernel with (`Kernel::new`).
+pub fn params() -> Signature {
+    signature().0
 }
 
 /// The launch's sizes and its work-item coordinates.
 pub struct Ctx<'k, 'ctx> {
     /// The kernel.
     pub k: &'k Kernel<'ctx>,
+    /// Its parameters.
+    pub params: GemmParams,
     /// Rows of A and C.
     pub m: Int<'k, 'ctx>,
     /// Rows of B, columns of C.
@@ -48,16 +79,27 @@ pub struct Ctx<'k, 'ctx> {
 }
 
 impl<'k, 'ctx> Ctx<'k, 'ctx> {
-    /// Reads sizes and ids.
+    /// Reads sizes and ids of a kernel declared with [`params`].
     pub fn new(k: &'k Kernel<'ctx>, warps: i64) -> Result<Self> {
-        let m = k.i32_param("m")?;
-        let n = k.i32_param("n")?;
-        let kdim = k.i32_param("k")?;
+        let (sig, params) = signature();
+        if k.signature() != &sig {
+            return Err(DslError::Operand {
+                op: "gemm",
+                rule: format!(
+                    "kernel `{}` was not declared with the GEMM signature",
+                    k.name()
+                ),
+            });
+        }
+        let m = k.i32_arg(params.m)?;
+        let n = k.i32_arg(params.n)?;
+        let kdim = k.i32_arg(params.k)?;
         let tid = k.thread_id()?;
         // tid / 64 is the same for every lane of a wave; say so, so it lives in an SGPR.
         let wave = k.readfirstlane(tid / 64)?;
         Ok(Ctx {
             k,
+            params,
             m,
             n,
             kdim,
@@ -70,17 +112,17 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
         })
     }
 
-    /// A raw buffer over parameter `name` with `bytes` records.
+    /// A raw buffer over parameter `p` with `bytes` records.
     pub fn buffer(
         &self,
-        name: &str,
+        p: PtrParam,
         bytes: Int<'k, 'ctx>,
         policy: CachePolicy,
     ) -> Result<Buffer<'ctx>> {
-        self.k.buffer(self.k.ptr_param(name)?, bytes, policy)
+        self.k.buffer(self.k.ptr_arg(p)?, bytes, policy)
     }
 
-    /// Row-major `[rows, cols]` bytes with run-time extents.
+    /// Row-major `[rows, cols]` with run-time extents, `elem` units per element.
     pub fn row_major(
         &self,
         rows: Int<'k, 'ctx>,
@@ -95,14 +137,13 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
     }
 }
 
+/// A tile position: the tile's shape and its coordinate in units of that shape.
+pub type TileAt<'k, 'ctx> = ([i64; 2], [Int<'k, 'ctx>; 2]);
+
 /// One LDS write of a tile whose global load was issued but not yet stored (see
 /// [`stage_tile`]): LDS byte offset, value, and the (wave-uniform) condition under which this
 /// wave owns the write, for rounds only some waves take part in.
-pub type PendingWrite<'k, 'ctx> = (
-    Int<'k, 'ctx>,
-    inkwell::values::BasicValueEnum<'ctx>,
-    Option<inkwell::values::IntValue<'ctx>>,
-);
+pub type PendingWrite<'k, 'ctx> = (Int<'k, 'ctx>, Value<'ctx>, Option<Cond<'ctx>>);
 /// The pending writes of a staged tile.
 pub type PendingWrites<'k, 'ctx> = Vec<PendingWrite<'k, 'ctx>>;
 
@@ -143,42 +184,62 @@ pub fn stage_tile<'k, 'ctx>(
     }
     let instrs = rows * chunks_per_row / 64;
     let per_wave = (instrs + cx.warps - 1) / cx.warps;
-    let local: Layout = Layout::row_major((rows, row_bytes));
+    let local = dev_layout(&Layout::row_major((rows, row_bytes)))?;
     let lane = cx.lane.idx();
     let mut pending = Vec::new();
     for j in 0..per_wave {
         // Loads one round; returns the LDS write it still owes (none when direct).
-        let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, inkwell::values::BasicValueEnum<'ctx>)>> {
+        let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, Value<'ctx>)>> {
             // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
             let (u, l) = if !split {
                 let c = i.mul(&Idx::Static(64)).add(&lane);
                 (
                     (Idx::Static(0), Idx::Static(0)),
-                    (c.div(&Idx::Static(chunks_per_row)), c.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16))),
+                    (
+                        c.div(&Idx::Static(chunks_per_row)),
+                        c.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16)),
+                    ),
                 )
             } else if chunks_per_row <= 64 {
                 let rpi = 64 / chunks_per_row;
                 (
                     (i.mul(&Idx::Static(rpi)), Idx::Static(0)),
-                    (lane.div(&Idx::Static(chunks_per_row)), lane.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16))),
+                    (
+                        lane.div(&Idx::Static(chunks_per_row)),
+                        lane.rem(&Idx::Static(chunks_per_row)).mul(&Idx::Static(16)),
+                    ),
                 )
             } else {
                 let ipr = chunks_per_row / 64;
                 (
-                    (i.div(&Idx::Static(ipr)), i.rem(&Idx::Static(ipr)).mul(&Idx::Static(1024))),
+                    (
+                        i.div(&Idx::Static(ipr)),
+                        i.rem(&Idx::Static(ipr)).mul(&Idx::Static(1024)),
+                    ),
                     (Idx::Static(0), lane.mul(&Idx::Static(16))),
                 )
             };
-            let g_u = global.crd2idx(&Coord::from((u.0.add(&row0.idx()), u.1.add(&col0.idx())))).map_err(layout_err)?;
-            let g_l = global.crd2idx(&Coord::from(l.clone())).map_err(layout_err)?;
-            let s_u = static_layout(&local).crd2idx(&Coord::from(u)).map_err(layout_err)?;
-            let s_l = static_layout(&local).crd2idx(&Coord::from(l)).map_err(layout_err)?;
+            let g_u = global.crd2idx(&Coord::from((u.0.add(&row0.idx()), u.1.add(&col0.idx()))))?;
+            let g_l = global.crd2idx(&Coord::from(l.clone()))?;
+            let s_u = local.crd2idx(&Coord::from(u))?;
+            let s_l = local.crd2idx(&Coord::from(l))?;
             let z = k.i32(0);
             if direct {
                 // The load writes lane l's chunk at base + 16 l: in a dense row-major tile that
                 // is chunk 64 i + l exactly when the chunk index is split per lane.
-                let base = if split { s_u } else { i.mul(&Idx::Static(1024)) };
-                k.buffer_load_to_lds(src, lds, base.to_value(&z), g_l.to_value(&z), g_u.to_value(&z), 16)?;
+                let base = if split {
+                    s_u
+                } else {
+                    i.mul(&Idx::Static(1024))
+                };
+                k.buffer_load_to_lds(
+                    src,
+                    lds,
+                    base.to_value(&z),
+                    g_l.to_value(&z),
+                    g_u.to_value(&z),
+                    16,
+                )?;
                 Ok(None)
             } else {
                 let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;
@@ -191,7 +252,7 @@ pub fn stage_tile<'k, 'ctx>(
         } else {
             // The last round has fewer instructions than waves.
             let limit = k.i32(instrs);
-            let cond = i.to_value(&limit).lt(&limit);
+            let cond: Cond = i.to_value(&limit).lt(&limit).into();
             if direct {
                 // The load itself writes LDS: the other waves skip it.
                 k.if_then(cond, || emit(i.clone()).map(|_| ()))?;
@@ -236,22 +297,16 @@ pub fn stage_scales<'k, 'ctx>(
     let threads = cx.warps * 64;
     let dwords_per_row = row_bytes / 4;
     let total = rows * dwords_per_row;
-    let local: Layout = Layout::row_major((rows, row_bytes));
+    let local = dev_layout(&Layout::row_major((rows, row_bytes)))?;
     for j in 0..(total + threads - 1) / threads {
         let q = cx.tid.idx().add(&Idx::Static(j * threads));
         let emit = || -> Result<()> {
             let row = q.div(&Idx::Static(dwords_per_row));
             let col = q.rem(&Idx::Static(dwords_per_row)).mul(&Idx::Static(4));
             let z = k.i32(0);
-            let g_u = global
-                .crd2idx(&Coord::from((row0.idx(), col0.idx())))
-                .map_err(layout_err)?;
-            let g_l = global
-                .crd2idx(&Coord::from((row.clone(), col.clone())))
-                .map_err(layout_err)?;
-            let s = static_layout(&local)
-                .crd2idx(&Coord::from((row, col)))
-                .map_err(layout_err)?;
+            let g_u = global.crd2idx(&Coord::from((row0.idx(), col0.idx())))?;
+            let g_l = global.crd2idx(&Coord::from((row.clone(), col.clone())))?;
+            let s = local.crd2idx(&Coord::from((row, col)))?;
             let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 1)?;
             k.lds_store(lds, s.to_value(&z), v, 4)
         };
@@ -266,92 +321,49 @@ pub fn stage_scales<'k, 'ctx>(
     Ok(())
 }
 
-/// Stores the accumulators of a wave whose first row is `row0` and first column `col0` (both
-/// uniform) to C (parameter `c`, row-major `[M, N]`). Columns past N are dropped by pointing their stores past
-/// the buffer's end (N is a multiple of 16, so a 16-column group is wholly in or out); rows past
-/// M fall out of the buffer's range by themselves.
+/// Stores the accumulators of a wave to C (row-major `[M, N]` in `out`): the wave's tile is
+/// tile `wave` of tile `block` of C, and each MMA tile's fragment is where the atom's C layout
+/// puts it. Rows past M fall out of the buffer's range by themselves; columns past N are
+/// dropped by pointing their stores past the buffer's end. N is a multiple of 16, so the aligned
+/// 16 columns around each vector store are wholly in or out, and lane 0's column decides.
 pub fn store_c<'k, 'ctx>(
     cx: &Ctx<'k, 'ctx>,
     mma: &BlockScaledMmaOp<'k, 'ctx>,
-    row0: Int<'k, 'ctx>,
-    col0: Int<'k, 'ctx>,
+    block: TileAt<'k, 'ctx>,
+    wave: TileAt<'k, 'ctx>,
     out: OutDtype,
 ) -> Result<()> {
     let k = cx.k;
-    let ctx = k.context();
-    let elem = out.bytes() as i64;
+    let bits = out.bytes() * 8;
     // C's resource is made here, after the main loop, so it holds no SGPRs during it.
-    let c_bytes = cx.m * cx.n * elem;
-    let c = &cx.buffer("c", c_bytes, CachePolicy::Always)?;
-    let layout = cx.row_major(cx.m, cx.n, elem);
-    let mn = mma.mn();
-    let lane = cx.lane.idx();
-    // Lane l holds row l % MN and, per group of 4 registers, 4 consecutive columns starting at
-    // 4 * (l / MN); 32x32 tiles have 4 such groups 8 columns apart.
-    let groups = mma.shape.acc_dwords() as i64 / 4;
-    let lane_coord = Coord::from((
-        lane.rem(&Idx::Static(mn)),
-        lane.div(&Idx::Static(mn)).mul(&Idx::Static(4)),
-    ));
-    let z = k.i32(0);
-    let lane_off = layout
-        .crd2idx(&lane_coord)
-        .map_err(layout_err)?
-        .to_value(&z);
+    let c_bytes = cx.m * cx.n * out.bytes() as i64;
+    let c = cx.buffer(cx.params.c, c_bytes, CachePolicy::Always)?;
+    let c = TileTensor::packed(k, Storage::Global(c), cx.row_major(cx.m, cx.n, 1), bits)?;
+    // Column indices of C, tiled and partitioned like C itself: the store predicates.
+    let cols = TileTensor::index(
+        k,
+        Layout::new((cx.m.idx(), cx.n.idx()), (Idx::Static(0), Idx::Static(1)))?,
+    );
+    let fragment = |t: &TileTensor<'k, 'ctx>| {
+        t.tile(&block.0, &block.1.map(Int::idx))?
+            .tile(&wave.0, &wave.1.map(Int::idx))?
+            .partition_c(&mma.atom, cx.lane)
+    };
+    let (c, cols) = (fragment(&c)?, fragment(&cols)?);
+    let elem = match out {
+        OutDtype::F32 => Elem::F32,
+        OutDtype::Bf16 => Elem::Bf16,
+    };
     let acc_tile = mma.accum_tile();
     for i in 0..mma.num_m {
         for j in 0..mma.num_n {
-            let acc = acc_tile.load(&Coord::from((i, j)))?.into_vector_value();
-            for g in 0..groups {
-                let r = row0 + (i as i64) * mn;
-                let cidx = col0 + (j as i64) * mn + 8 * g;
-                let off = layout
-                    .crd2idx(&Coord::from((r.idx(), cidx.idx())))
-                    .map_err(layout_err)?
-                    .to_value(&z);
-                let in_range = cidx.lt(&cx.n);
-                let soff = off.select(in_range, &c_bytes);
-                // Four consecutive accumulators of this group.
-                let mask: Vec<_> = (0..4)
-                    .map(|e| ctx.i32_type().const_int((4 * g + e) as u64, false))
-                    .collect();
-                let part = k.builder().build_shuffle_vector(
-                    acc,
-                    acc,
-                    inkwell::types::VectorType::const_vector(&mask),
-                    "",
-                )?;
-                let value = match out {
-                    OutDtype::F32 => k.bitcast(part.into(), ctx.i32_type().vec_type(4))?,
-                    OutDtype::Bf16 => {
-                        let bf =
-                            k.builder()
-                                .build_float_trunc(part, ctx.bf16_type().vec_type(4), "")?;
-                        k.bitcast(bf.into(), BasicTypeEnum::from(ctx.i32_type().vec_type(2)))?
-                    }
-                };
-                k.buffer_store(c, value, lane_off, soff)?;
-            }
+            let acc = acc_tile.load(&Coord::from((i, j)))?;
+            let value = k.convert(acc, elem)?;
+            c.store_values(&[i as i64, j as i64], value, |first| {
+                let (col, _) = cols.offsets(first)?;
+                Ok(Some(col.lt(&cx.n).into()))
+            })?;
         }
     }
     Ok(())
-}
-
-/// A static host layout as a device layout (same values, no run-time parts).
-pub fn static_layout<'k, 'ctx>(l: &Layout) -> Layout<Int<'k, 'ctx>> {
-    Layout::new(
-        l.shape()
-            .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
-        l.stride()
-            .map(&mut |v| Idx::Static(v.static_value().unwrap_or(0))),
-    )
-    .expect("a valid layout stays valid")
-}
-
-/// A layout error inside kernel generation is a builder bug surfaced as an operand error.
-pub fn layout_err(e: tilegen_layout::LayoutError) -> tilegen_dsl::DslError {
-    tilegen_dsl::DslError::Operand {
-        op: "layout",
-        rule: e.to_string(),
-    }
 }

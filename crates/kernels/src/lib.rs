@@ -19,4 +19,7 @@ mod spec;
 
 pub use compiled::{CompiledKernel, Kernarg, ResourceReport, occupancy};
 pub use launch::{GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem};
-pub use spec::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError, SpecValues, Variant};
+pub use spec::{
+    BCachePolicy, KernelSpec, LdsBuffer, MmaShape, OutDtype, SpecError, SpecValues, Variant,
+};
+pub mod atom;

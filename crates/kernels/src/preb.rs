@@ -3,35 +3,195 @@
 //! Shuffler's 4D layout, one dword per lane covering a 2x2 (MN pack, K pack) block.
 //!
 //! One wave covers all `BM` rows (`num_warps_m == 1`: with B never in LDS there is no reuse of
-//! B across M waves) and `WN` columns; waves split `BN`.
+//! B across M waves) and `WN` columns; waves split `BN`. Every fragment, scale and accumulator
+//! position comes from the atom's layouts applied to the Shuffler's layouts, so the kernel runs
+//! with either MFMA shape: a 16-byte FP4 fragment is contiguous in the preshuffled B for both.
 
-use inkwell::values::BasicValueEnum;
 use tilegen_dsl::{
-    Buffer, CachePolicy, Int, Kernel, Lds, MfmaShape, Result, Storage, TileTensor, Var,
+    Buffer, CachePolicy, DevIdx, DevLayout, Int, Kernel, Lds, MfmaShape, MmaAtom, Result, Storage,
+    TileTensor, Ty, Value, Var, dev_layout, downcast, split_strides,
 };
 use tilegen_layout::{Coord, Idx, Layout};
 use tilegen_mx::Shuffler;
 
-use crate::gemm::{self, Ctx, layout_err, static_layout};
-use crate::mma::{BlockScaledMmaOp, ScaleSel};
+use crate::atom::ScaleSel;
+use crate::gemm::{self, Ctx};
+use crate::mma::BlockScaledMmaOp;
 use crate::spec::KernelSpec;
 
-const MMA: MfmaShape = MfmaShape::M16N16K128;
-/// K elements of one MFMA K step.
-const STEP_ELEMS: i64 = 128;
-/// Bytes of packed FP4 per row in one K step.
-const STEP_BYTES: i64 = STEP_ELEMS / 2;
+/// Bits of one FP4 element.
+const FP4_BITS: u32 = 4;
 
-type DevLayout<'k, 'ctx> = Layout<Int<'k, 'ctx>>;
-
-/// Whether a 16-row block is the first (0) or second (1) of its scale pair, when known at
-/// generation time, or the block index to test at run time.
-enum Parity<'k, 'ctx> {
-    Static(i64),
-    Dynamic(Int<'k, 'ctx>),
+/// One operand's preshuffled scales, as two views of the same layout split at dword
+/// granularity: `dwords` addresses the dword a lane loads, `bytes` (no memory) the byte within
+/// it that the MFMA's `op_sel` (or a shift) picks.
+struct Scales<'k, 'ctx> {
+    dwords: TileTensor<'k, 'ctx>,
+    bytes: TileTensor<'k, 'ctx>,
 }
 
-/// One tile's B operands in registers: fragments `[n][k_mma]` and scale dwords `[n_pair][pack]`.
+/// A lane's scale fragments for one stage: which dword each MMA tile and K step reads.
+struct ScaleFrags<'k, 'ctx> {
+    dwords: TileTensor<'k, 'ctx>,
+    bytes: TileTensor<'k, 'ctx>,
+    /// Distinct dwords in load order, as `(tile, step)` of their first reader.
+    loads: Vec<(i64, i64)>,
+    /// For `(tile, step)`: its dword's index in `loads`.
+    slot: Vec<Vec<usize>>,
+}
+
+impl<'k, 'ctx> Scales<'k, 'ctx> {
+    /// The view of scale tensor `buf` in the Shuffler's layout over `mn_padded` rows.
+    fn new(
+        k: &'k Kernel<'ctx>,
+        buf: Buffer<'ctx>,
+        mn_padded: Int<'k, 'ctx>,
+        ks: Int<'k, 'ctx>,
+    ) -> Result<Self> {
+        let l = Shuffler::scale_4d_layout(Idx::Static(1), mn_padded.idx(), ks.idx());
+        // `(rows, k_blocks)`: the layout without its group mode.
+        let rows_k = Layout::from_modes(vec![l.mode(1)?, l.mode(2)?]);
+        let (words, within) = split_strides(&rows_k, 4)?;
+        Ok(Scales {
+            dwords: TileTensor::new(k, Storage::Global(buf), words),
+            bytes: TileTensor::index(k, within),
+        })
+    }
+
+    /// A lane's fragments for stage `t` of `k_blocks` K blocks, of the wave's rows `rows` (see
+    /// [`PreB::rows`]).
+    fn fragments(
+        &self,
+        sf: impl Fn(&TileTensor<'k, 'ctx>) -> Result<TileTensor<'k, 'ctx>>,
+        rows: Rows<'k, 'ctx>,
+        k_blocks: i64,
+        t: Int<'k, 'ctx>,
+    ) -> Result<ScaleFrags<'k, 'ctx>> {
+        let at = |v: &TileTensor<'k, 'ctx>| sf(&rows.of(v, k_blocks, t)?);
+        let (dwords, bytes) = (at(&self.dwords)?, at(&self.bytes)?);
+        // Two (tile, step) pairs read the same dword when they differ only along leaves that
+        // move within it: number the others compactly and compare.
+        let shape = dwords.layout().shape().clone();
+        let moves: Vec<bool> = dwords
+            .layout()
+            .leaf_modes()
+            .iter()
+            .map(|(_, d)| !d.is(0))
+            .collect();
+        let mut size = 1;
+        let mut i = 0;
+        let key_stride = shape.map(&mut |s| {
+            i += 1;
+            let d = if moves[i - 1] { size } else { 0 };
+            size *= s.static_value().unwrap_or(1);
+            Idx::Static(d)
+        });
+        let key = Layout::new(shape, key_stride)?;
+        let [_, tiles, steps] = [0, 1, 2].map(|m| {
+            dwords
+                .layout()
+                .mode(m)
+                .map(|l| l.size().static_value().unwrap_or(0))
+        });
+        let (tiles, steps) = (tiles?, steps?);
+        let mut keys = Vec::new();
+        let mut loads = Vec::new();
+        let mut slot = vec![vec![0; steps as usize]; tiles as usize];
+        for kk in 0..steps {
+            for i in 0..tiles {
+                let key = key.crd2idx(&Coord::from((0, i, kk)))?.static_value();
+                let at = keys.iter().position(|&k| k == key).unwrap_or_else(|| {
+                    keys.push(key);
+                    loads.push((i, kk));
+                    keys.len() - 1
+                });
+                slot[i as usize][kk as usize] = at;
+            }
+        }
+        Ok(ScaleFrags {
+            dwords,
+            bytes,
+            loads,
+            slot,
+        })
+    }
+}
+
+impl<'k, 'ctx> ScaleFrags<'k, 'ctx> {
+    /// Loads the distinct dwords. A byte offset that is the lane's own (a 32-row MMA tile's
+    /// lanes span both 16-row halves of a dword) is shifted out here, once per dword.
+    fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
+        let lane_byte = self.lane_byte()?;
+        self.loads
+            .iter()
+            .map(|&(i, kk)| {
+                let v = self
+                    .dwords
+                    .load_as(&Coord::from((0, i, kk)), Ty::I32)?
+                    .int(k)?;
+                Ok(match lane_byte.static_value() {
+                    Some(_) => v,
+                    None => shift_bytes(v, &lane_byte),
+                })
+            })
+            .collect()
+    }
+
+    fn lane_byte(&self) -> Result<DevIdx<'k, 'ctx>> {
+        Ok(self.bytes.offset_parts(&Coord::from((0, 0, 0)))?.1)
+    }
+
+    /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`: a byte known at
+    /// generation time goes to `op_sel`; a run-time one (a 16-row tile in either half of its
+    /// pair, a one-step stage in either K half) is shifted down to byte 0.
+    fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>> {
+        let dword = dwords[self.slot[i][kk]];
+        let (base, _, fixed, rest) = self
+            .bytes
+            .offset_parts(&Coord::from((0, i as i64, kk as i64)))?;
+        let mut byte = base.add(&rest).add(&Idx::Static(fixed));
+        let lane_byte = self.lane_byte()?;
+        if lane_byte.is_static() {
+            byte = byte.add(&lane_byte);
+        }
+        Ok(match byte.static_value() {
+            Some(b) => ScaleSel {
+                dword,
+                byte: b as u32,
+            },
+            None => ScaleSel {
+                dword: shift_bytes(dword, &byte),
+                byte: 0,
+            },
+        })
+    }
+}
+
+/// `v >> 8 * bytes`.
+fn shift_bytes<'k, 'ctx>(v: Int<'k, 'ctx>, bytes: &DevIdx<'k, 'ctx>) -> Int<'k, 'ctx> {
+    v.idx().shr(&bytes.mul(&Idx::Static(8))).to_value(&v)
+}
+
+/// A wave's rows of an operand: row tile `tile` of `rows` rows.
+#[derive(Clone, Copy)]
+struct Rows<'k, 'ctx> {
+    rows: i64,
+    tile: Int<'k, 'ctx>,
+}
+
+impl<'k, 'ctx> Rows<'k, 'ctx> {
+    /// These rows of `view` (`(rows, K)`), K tile `t` of `cols` columns.
+    fn of(
+        &self,
+        view: &TileTensor<'k, 'ctx>,
+        cols: i64,
+        t: Int<'k, 'ctx>,
+    ) -> Result<TileTensor<'k, 'ctx>> {
+        view.tile(&[self.rows, cols], &[self.tile.idx(), t.idx()])
+    }
+}
+
+/// One tile's B operands in registers: fragments `[k_step][n]` and scale dwords.
 struct BRegs<'ctx> {
     frags: Vec<Var<'ctx>>,
     scales: Vec<Var<'ctx>>,
@@ -41,25 +201,20 @@ struct PreB<'s, 'k, 'ctx> {
     spec: &'s KernelSpec,
     cx: Ctx<'k, 'ctx>,
     a: Buffer<'ctx>,
-    b: Buffer<'ctx>,
-    sfa: Buffer<'ctx>,
-    sfb: Buffer<'ctx>,
     a_global: DevLayout<'k, 'ctx>,
-    b_layout: DevLayout<'k, 'ctx>,
-    sfa_layout: DevLayout<'k, 'ctx>,
-    sfb_layout: DevLayout<'k, 'ctx>,
+    /// B in FP4 elements over the preshuffled layout, `(n, k)`.
+    b: TileTensor<'k, 'ctx>,
+    sfa: Scales<'k, 'ctx>,
+    sfb: Scales<'k, 'ctx>,
     slots: Vec<Lds<'ctx>>,
     mma: BlockScaledMmaOp<'k, 'ctx>,
-    /// First row of the workgroup's tile.
-    m0: Int<'k, 'ctx>,
-    /// 16-row block index of `m0`.
-    m_blk0: Int<'k, 'ctx>,
-    /// 16-column block index of this wave's first column.
-    n_blk0: Int<'k, 'ctx>,
-    /// First column of this wave.
-    n_w0: Int<'k, 'ctx>,
+    /// Workgroup tile coordinates.
+    bid_x: Int<'k, 'ctx>,
+    bid_y: Int<'k, 'ctx>,
     nm: usize,
     nn: usize,
+    /// K elements of one MFMA.
+    step_elems: i64,
     /// K bytes per full tile.
     tile_bytes: i64,
 }
@@ -69,55 +224,57 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let warps = spec.warps() as i64;
     let cx = Ctx::new(k, warps)?;
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
+    let p = cx.params;
     // Scale rows are padded to the Shuffler's 32-row block, as the host preshuffle pads them.
     let blk = Shuffler::S_MN_BLOCK as i64;
     let pad32 = |v: Int<'k, 'ctx>| (v + (blk - 1)) / blk * blk;
-    let a = cx.buffer("a", m * kb, CachePolicy::Always)?;
-    let b = cx.buffer("b", n * kb, spec.b_cache_policy.policy())?;
-    let sfa = cx.buffer("sfa", pad32(m) * ks, CachePolicy::Always)?;
-    let sfb = cx.buffer("sfb", pad32(n) * ks, CachePolicy::Always)?;
-    let one = Idx::Static(1);
+    let a = cx.buffer(p.a, m * kb, CachePolicy::Always)?;
+    let b = cx.buffer(p.b, n * kb, spec.b_cache_policy.policy())?;
+    let sfa = cx.buffer(p.sfa, pad32(m) * ks, CachePolicy::Always)?;
+    let sfb = cx.buffer(p.sfb, pad32(n) * ks, CachePolicy::Always)?;
     // The same layouts the host preshuffle writes with, here over run-time N, M and K.
-    let b_layout = Shuffler::b_5d_layout(one.clone(), n.idx(), kb.idx());
-    let sfa_layout = Shuffler::scale_4d_layout(one.clone(), pad32(m).idx(), ks.idx());
-    let sfb_layout = Shuffler::scale_4d_layout(one, pad32(n).idx(), ks.idx());
-    let a_global = cx.row_major(m, kb, 1);
+    let b5 = Shuffler::b_5d_layout(Idx::Static(1), n.idx(), kb.idx());
+    let b_nk = downcast(&Layout::from_modes(vec![b5.mode(1)?, b5.mode(2)?]), 2)?;
+    let b = TileTensor::packed(k, Storage::Global(b), b_nk, FP4_BITS)?;
+    let shape: MfmaShape = spec.mma.shape();
+    let mn = shape.mn() as usize;
     let tile_bytes = spec.bk_elems as i64 / 2;
     let nslots = if spec.b_prefetch { 2 } else { 1 };
     let slots = (0..nslots)
         .map(|s| k.lds_alloc(&format!("a_slot{s}"), spec.bm * tile_bytes as u32, 16))
         .collect::<Result<Vec<_>>>()?;
-    let nm = spec.bm as usize / 16;
-    let nn = spec.wn as usize / 16;
-    let mma = BlockScaledMmaOp::new(k, MMA, nm, nn)?;
+    let (nm, nn) = (spec.bm as usize / mn, spec.wn as usize / mn);
+    let mma = BlockScaledMmaOp::new(k, shape, nm, nn)?;
     let bid_x = k.block_id_x()?;
     let bid_y = k.block_id_y()?;
-    let m0 = bid_y * spec.bm as i64;
-    let n_w0 = bid_x * spec.bn as i64 + cx.wave * spec.wn as i64;
     let p = PreB {
         spec,
         a,
+        a_global: cx.row_major(m, kb, 1),
         b,
-        sfa,
-        sfb,
-        a_global,
-        b_layout,
-        sfa_layout,
-        sfb_layout,
+        sfa: Scales::new(k, sfa, pad32(m), ks)?,
+        sfb: Scales::new(k, sfb, pad32(n), ks)?,
         slots,
         mma,
-        m0,
-        m_blk0: m0 / 16,
-        n_blk0: n_w0 / 16,
-        n_w0,
+        bid_x,
+        bid_y,
         nm,
         nn,
+        step_elems: shape.k() as i64,
         tile_bytes,
         cx,
     };
     p.main_loop()?;
     p.tail()?;
-    gemm::store_c(&p.cx, &p.mma, p.m0, p.n_w0, spec.out_dtype)
+    let (bm, bn, wn) = (spec.bm as i64, spec.bn as i64, spec.wn as i64);
+    let wave = ([bm, wn], [p.k().i32(0), p.cx.wave]);
+    gemm::store_c(
+        &p.cx,
+        &p.mma,
+        ([bm, bn], [p.bid_y, p.bid_x]),
+        wave,
+        spec.out_dtype,
+    )
 }
 
 impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
@@ -130,7 +287,12 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         self.cx.kdim / self.spec.bk_elems as i64
     }
 
-    /// Stages A's `[BM, steps * 64]` bytes (`steps` MFMA K steps of 128) starting at K byte
+    /// Bytes of packed FP4 per row in one MFMA K step.
+    fn step_bytes(&self) -> i64 {
+        self.step_elems / 2
+    }
+
+    /// Stages A's `[BM, steps * step_bytes]` bytes (`steps` MFMA K steps) starting at K byte
     /// `kb0` into `slot`.
     fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, steps: i64) -> Result<()> {
         let pending = self.stage_a_issue(slot, kb0, steps)?;
@@ -149,226 +311,124 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             &self.cx,
             &self.a,
             &self.a_global,
-            self.m0,
+            self.bid_y * self.spec.bm as i64,
             kb0,
             &self.slots[slot],
             self.spec.bm as i64,
-            steps * STEP_BYTES,
+            steps * self.step_bytes(),
             self.spec.dram_to_lds,
         )
     }
 
-    /// Scale dwords a stage of `steps` K steps needs per 32-row pair: one per K pack, and one for
-    /// a single step (the tail).
-    fn packs_of(steps: i64) -> usize {
-        (steps as usize / 2).max(1)
+    /// The wave's rows of A (all `BM` of the workgroup's) and of B (its `WN` of the `BN`). B's
+    /// tile index counts in `WN`: a `BN` tile need not start on one of the Shuffler's 32-row
+    /// scale groups (BN = 48, say), so it cannot be tiled first and then split by waves.
+    fn rows(&self) -> [Rows<'k, 'ctx>; 2] {
+        let s = self.spec;
+        let a = Rows {
+            rows: s.bm as i64,
+            tile: self.bid_y,
+        };
+        let b = Rows {
+            rows: s.wn as i64,
+            tile: self.bid_x * (s.bn / s.wn) as i64 + self.cx.wave,
+        };
+        [a, b]
     }
 
-    /// Loads one stage's B fragments and B scale dwords into `regs` (`steps` K steps starting at
-    /// K step `step0`; a stage of two or more steps starts on a pack boundary), and returns how
-    /// many loads it issued.
-    fn load_b(&self, regs: &BRegs<'ctx>, step0: Int<'k, 'ctx>, steps: i64) -> Result<u32> {
+    /// A lane's B scale fragments for stage `t` of `steps` K steps.
+    fn b_scales(&self, t: Int<'k, 'ctx>, steps: i64) -> Result<ScaleFrags<'k, 'ctx>> {
+        let atom = &self.mma.atom;
+        let lane = self.cx.lane;
+        let k_blocks = steps * self.k_blocks_per_step();
+        let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfb(atom, lane);
+        self.sfb.fragments(sf, self.rows()[1], k_blocks, t)
+    }
+
+    /// A lane's A scale fragments for stage `t` of `steps` K steps.
+    fn a_scales(&self, t: Int<'k, 'ctx>, steps: i64) -> Result<ScaleFrags<'k, 'ctx>> {
+        let atom = &self.mma.atom;
+        let lane = self.cx.lane;
+        let k_blocks = steps * self.k_blocks_per_step();
+        let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfa(atom, lane);
+        self.sfa.fragments(sf, self.rows()[0], k_blocks, t)
+    }
+
+    fn k_blocks_per_step(&self) -> i64 {
+        self.step_elems / self.mma.atom.scale_block().unwrap_or(1)
+    }
+
+    /// Loads stage `t`'s B fragments and B scale dwords into `regs` (`steps` K steps), and
+    /// returns how many loads it issued.
+    fn load_b(&self, regs: &BRegs<'ctx>, t: Int<'k, 'ctx>, steps: i64) -> Result<u32> {
         let k = self.k();
-        let z = k.i32(0);
-        let lane = self.cx.lane.idx();
-        let s16 = |v: i64| Idx::Static(v);
-        // Lane part of a B fragment: (n_lane, k_lane) = (lane % 16, lane / 16).
-        let lane_b = Coord::from((
-            s16(0),
-            (lane.rem(&s16(16)), s16(0)),
-            (s16(0), lane.div(&s16(16)), s16(0)),
-        ));
-        let lane_off = self
-            .b_layout
-            .crd2idx(&lane_b)
-            .map_err(layout_err)?
-            .to_value(&z);
+        let frag = self.rows()[1]
+            .of(&self.b, steps * self.step_elems, t)?
+            .partition_b(&self.mma.atom, self.cx.lane)?;
         let mut issued = 0;
         // Fragments in the order the MFMA chain consumes them (K step outer), so waits for the
-        // first MFMAs do not cover the later loads. The per-N-block part of the offset goes to
-        // the lane offset (one VGPR per block, computed once) and the K part to the uniform
-        // one: uniform offsets per fragment would each hold an SGPR through the loop.
-        let zero_c = |c: Coord<Int<'k, 'ctx>>| -> Result<Int<'k, 'ctx>> {
-            Ok(self.b_layout.crd2idx(&c).map_err(layout_err)?.to_value(&z))
-        };
+        // first MFMAs do not cover the later loads. The per-N-tile part of the offset goes to
+        // the lane offset (one VGPR per tile, computed once) and the K part to the uniform one.
         for kk in 0..steps {
-            let k0 = step0.idx().add(&s16(kk));
-            let k_off = zero_c(Coord::from((
-                s16(0),
-                (s16(0), self.n_blk0.idx()),
-                (s16(0), s16(0), k0),
-            )))?;
             for j in 0..self.nn {
-                let n_off = zero_c(Coord::from((
-                    s16(0),
-                    (s16(0), s16(j as i64)),
-                    (s16(0), s16(0), s16(0)),
-                )))?;
-                let v = k.buffer_load(&self.b, lane_off + n_off, k_off, 4)?;
+                let v = frag.load_values(&[j as i64, kk])?;
                 k.set(&regs.frags[kk as usize * self.nn + j], v)?;
                 issued += 1;
             }
         }
-        let pairs = self.scale_pairs(self.nn);
-        for pk in 0..Self::packs_of(steps) {
-            for q in 0..pairs {
-                let blk = self.n_blk0.idx().add(&s16(2 * q as i64));
-                let pack = step0.idx().div(&s16(2)).add(&s16(pk as i64));
-                let v = self.load_scale_dword(&self.sfb, &self.sfb_layout, blk, pack)?;
-                k.set(&regs.scales[pk * pairs + q], v.value().into())?;
-                issued += 1;
-            }
+        for (var, v) in regs.scales.iter().zip(self.b_scales(t, steps)?.load(k)?) {
+            k.set(var, v.into())?;
+            issued += 1;
         }
         Ok(issued)
     }
 
-    /// Scale dwords per K pack: one per pair of 16-row blocks.
-    fn scale_pairs(&self, blocks: usize) -> usize {
-        blocks.div_ceil(2)
-    }
-
-    /// The scale dword of the 32-row group holding 16-row block `blk` (either parity) for K pack
-    /// `pack`. Lane `l` gets the four scales of row `l % 16` of both blocks of the pair and K
-    /// block `l / 16` of both K halves of the pack: byte `mn_pack + 2 * k_pack`.
-    fn load_scale_dword(
-        &self,
-        buf: &Buffer<'ctx>,
-        layout: &DevLayout<'k, 'ctx>,
-        blk: Idx<Int<'k, 'ctx>>,
-        pack: Idx<Int<'k, 'ctx>>,
-    ) -> Result<Int<'k, 'ctx>> {
-        let k = self.k();
-        let z = k.i32(0);
-        let lane = self.cx.lane.idx();
-        let s = |v: i64| Idx::Static(v);
-        let lane_c = Coord::from((
-            s(0),
-            (lane.rem(&s(16)), s(0), s(0)),
-            (lane.div(&s(16)), s(0), s(0)),
-        ));
-        let uni = Coord::from((s(0), (s(0), s(0), blk.div(&s(2))), (s(0), s(0), pack)));
-        let l_off = layout.crd2idx(&lane_c).map_err(layout_err)?.to_value(&z);
-        let u_off = layout.crd2idx(&uni).map_err(layout_err)?.to_value(&z);
-        let v = k.buffer_load(buf, l_off, u_off, 1)?;
-        Ok(Int::from_value(k, v.into_int_value()))
-    }
-
-    /// Selects a scale from its pack dword: byte `mn_pack + 2 * k_pack`. A parity not known at
-    /// generation time (16-row tiles, or the one-step tail) is applied by shifting the dword
-    /// right (8 bits per odd block, 16 per odd K step), so the byte index stays static.
-    fn select(
-        &self,
-        dword: Int<'k, 'ctx>,
-        mn: Parity<'k, 'ctx>,
-        kstep: Parity<'k, 'ctx>,
-    ) -> ScaleSel<'k, 'ctx> {
-        if let (Parity::Static(m), Parity::Static(s)) = (&mn, &kstep) {
-            return ScaleSel {
-                dword,
-                byte: (m + 2 * s) as u32,
-            };
-        }
-        let k = self.k();
-        let bits = |p: Parity<'k, 'ctx>, per: i64| match p {
-            Parity::Static(v) => k.i32(v * per),
-            Parity::Dynamic(i) => (i % 2) * per,
-        };
-        let shift = bits(mn, 8) + bits(kstep, 16);
-        let v = k
-            .builder()
-            .build_right_shift(dword.value(), shift.value(), false, "")
-            .expect("builder positioned");
-        ScaleSel {
-            dword: Int::from_value(k, v),
-            byte: 0,
-        }
-    }
-
     fn new_regs(&self, steps: i64) -> Result<BRegs<'ctx>> {
         let k = self.k();
-        let ctx = k.context();
-        let v4 = ctx.i32_type().vec_type(4);
+        let frag = k.zero(Ty::dwords(4));
         let frags = (0..steps as usize * self.nn)
-            .map(|_| k.var(v4, v4.const_zero().into()))
+            .map(|_| k.var(frag))
             .collect::<Result<_>>()?;
-        let scales = (0..Self::packs_of(steps) * self.scale_pairs(self.nn))
-            .map(|_| k.var(ctx.i32_type(), ctx.i32_type().const_zero().into()))
+        let dwords = self.b_scales(k.i32(0), steps)?.loads.len();
+        let scales = (0..dwords)
+            .map(|_| k.var(k.zero(Ty::I32)))
             .collect::<Result<_>>()?;
         Ok(BRegs { frags, scales })
     }
 
-    /// The MFMA chain of one stage: A fragments from `slot` (a `[BM, steps*64]` row-major
-    /// tile), B from `regs`, scales of A loaded here. `step0` is the stage's first K step.
-    fn compute(
-        &self,
-        slot: usize,
-        regs: &BRegs<'ctx>,
-        step0: Int<'k, 'ctx>,
-        steps: i64,
-    ) -> Result<()> {
+    /// The MFMA chain of stage `t`: A fragments from `slot` (a `[BM, steps * step_bytes]`
+    /// row-major tile), B from `regs`, scales of A loaded here.
+    fn compute(&self, slot: usize, regs: &BRegs<'ctx>, t: Int<'k, 'ctx>, steps: i64) -> Result<()> {
         let k = self.k();
-        let view = TileTensor::new(
-            k,
-            Storage::Lds(self.slots[slot]),
-            static_layout(&Layout::row_major((
-                self.spec.bm as i64,
-                steps * STEP_BYTES,
-            ))),
-        );
-        let s = |v: i64| Idx::Static(v);
-        // A scale dwords: one per 32-row pair of blocks and K pack.
-        let a_pairs = self.scale_pairs(self.nm);
-        let mut a_scales = Vec::new();
-        for pk in 0..Self::packs_of(steps) {
-            for q in 0..a_pairs {
-                let blk = self.m_blk0.idx().add(&s(2 * q as i64));
-                let pack = step0.idx().div(&s(2)).add(&s(pk as i64));
-                a_scales.push(self.load_scale_dword(&self.sfa, &self.sfa_layout, blk, pack)?);
-            }
-        }
-        let m_parity = |i: usize| {
-            if self.spec.bm.is_multiple_of(32) {
-                Parity::Static(i as i64 % 2)
-            } else {
-                Parity::Dynamic(self.m_blk0 + i as i64)
-            }
-        };
-        let n_parity = |j: usize| {
-            if self.spec.wn.is_multiple_of(32) {
-                Parity::Static(j as i64 % 2)
-            } else {
-                Parity::Dynamic(self.n_blk0 + j as i64)
-            }
-        };
-        // Stages of whole packs start on a pack boundary; a single step may be either half.
-        let k_parity = |kk: i64| {
-            if steps > 1 {
-                Parity::Static(kk % 2)
-            } else {
-                Parity::Dynamic(step0 + kk)
-            }
-        };
-        let b_pairs = self.scale_pairs(self.nn);
+        let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
+        let layout = dev_layout(&Layout::row_major((bm, cols)))?;
+        let a_frag = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
+            .partition_a(&self.mma.atom, self.cx.lane)?;
+        let a_sf = self.a_scales(t, steps)?;
+        let a_dwords = a_sf.load(k)?;
+        let b_sf = self.b_scales(t, steps)?;
+        let b_dwords = regs
+            .scales
+            .iter()
+            .map(|v| k.get(v)?.int(k))
+            .collect::<Result<Vec<_>>>()?;
         let cluster = self.spec.mfma_cluster as usize;
         let mut in_cluster = 0usize;
         let bracket = self.spec.cluster_drain_sched;
-        for kk in 0..steps {
-            let a_frags: Vec<BasicValueEnum<'ctx>> = (0..self.nm)
-                .map(|i| self.mma.load_frag(&view, i as i64, kk, self.cx.lane))
+        for kk in 0..steps as usize {
+            let a_frags: Vec<Value<'ctx>> = (0..self.nm)
+                .map(|i| a_frag.load_values(&[i as i64, kk as i64]))
                 .collect::<Result<_>>()?;
-            let pk = (kk / 2) as usize;
-            for i in 0..self.nm {
-                let a_dw = a_scales[pk * a_pairs + i / 2];
-                let a_sel = self.select(a_dw, m_parity(i), k_parity(kk));
+            for (i, &a) in a_frags.iter().enumerate() {
+                let a_sel = a_sf.select(&a_dwords, i, kk)?;
                 for j in 0..self.nn {
-                    let b = k.get(&regs.frags[kk as usize * self.nn + j])?;
-                    let b_dw = k.get(&regs.scales[pk * b_pairs + j / 2])?.into_int_value();
-                    let b_sel = self.select(Int::from_value(k, b_dw), n_parity(j), k_parity(kk));
+                    let b = k.get(&regs.frags[kk * self.nn + j])?;
+                    let b_sel = b_sf.select(&b_dwords, j, kk)?;
                     if bracket && in_cluster == 0 {
                         k.setprio(1)?;
                         k.sched_barrier(0)?;
                     }
-                    self.mma.mma(i, j, a_frags[i], a_sel, b, b_sel)?;
+                    self.mma.mma(i, j, a, a_sel, b, b_sel)?;
                     in_cluster += 1;
                     if bracket && in_cluster == cluster {
                         k.sched_barrier(0)?;
@@ -402,17 +462,16 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
 
     fn main_loop(&self) -> Result<()> {
         let k = self.k();
-        let steps = self.spec.bk_elems as i64 / STEP_ELEMS;
+        let steps = self.spec.bk_elems as i64 / self.step_elems;
         let tiles = self.tiles();
         let tile_kb = |t: Int<'k, 'ctx>| t * self.tile_bytes;
-        let tile_step = |t: Int<'k, 'ctx>| t * steps;
         if !self.spec.b_prefetch {
             let regs = self.new_regs(steps)?;
             return k.for_range(k.i32(0), tiles, 1, |t| {
                 self.stage_a(0, tile_kb(t), steps)?;
-                self.load_b(&regs, tile_step(t), steps)?;
+                self.load_b(&regs, t, steps)?;
                 k.barrier()?;
-                self.compute(0, &regs, tile_step(t), steps)?;
+                self.compute(0, &regs, t, steps)?;
                 k.barrier()
             });
         }
@@ -450,8 +509,8 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 } else {
                     self.stage_a_issue(cur, tile_kb(a_tile), steps)?
                 };
-                let issued = self.load_b(&regs[nxt], tile_step(b_tile), steps)?;
-                self.compute(cur, &regs[cur], tile_step(t), steps)?;
+                let issued = self.load_b(&regs[nxt], b_tile, steps)?;
+                self.compute(cur, &regs[cur], t, steps)?;
                 self.stage_barrier(issued)?;
                 if self.spec.dram_to_lds {
                     self.stage_a(cur, tile_kb(a_tile), steps)?;
@@ -460,8 +519,8 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 }
             } else {
                 let pending = self.stage_a_issue(nxt, tile_kb(b_tile), steps)?;
-                let issued = self.load_b(&regs[nxt], tile_step(b_tile), steps)?;
-                self.compute(cur, &regs[cur], tile_step(t), steps)?;
+                let issued = self.load_b(&regs[nxt], b_tile, steps)?;
+                self.compute(cur, &regs[cur], t, steps)?;
                 gemm::commit_tile(&self.cx, &self.slots[nxt], pending)?;
                 self.stage_barrier(issued)?;
             }
@@ -475,19 +534,19 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
     }
 
     /// The K past the last full tile (K is a multiple of 256, BK_ELEMS may be larger), one MFMA
-    /// K step (128) per iteration through slot 0: the smallest body that covers every K.
+    /// K step per iteration through slot 0: the smallest body that covers every K.
     fn tail(&self) -> Result<()> {
         if self.spec.bk_elems == 256 {
             // K is a multiple of 256 (the launch contract): whole tiles cover it.
             return Ok(());
         }
         let k = self.k();
-        let steps_per_tile = self.spec.bk_elems as i64 / STEP_ELEMS;
+        let steps_per_tile = self.spec.bk_elems as i64 / self.step_elems;
         let first = self.tiles() * steps_per_tile;
-        let total = self.cx.kdim / STEP_ELEMS;
+        let total = self.cx.kdim / self.step_elems;
         let regs = self.new_regs(1)?;
         k.for_range(first, total, 1, |st| {
-            self.stage_a(0, st * STEP_BYTES, 1)?;
+            self.stage_a(0, st * self.step_bytes(), 1)?;
             self.load_b(&regs, st, 1)?;
             k.barrier()?;
             self.compute(0, &regs, st, 1)?;

@@ -228,11 +228,20 @@ pub enum SpecError {
         /// Why the kernel does not use it.
         why: &'static str,
     },
-    /// The MFMA shape of the preshuffled layout is fixed.
-    #[error(
-        "the preb variant computes with 16x16x128 MFMAs (its preshuffled B layout is built for them)"
-    )]
-    PrebShape,
+}
+
+/// One LDS buffer of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LdsBuffer {
+    /// Its name in the kernel.
+    pub name: &'static str,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+impl LdsBuffer {
+    /// Alignment of every buffer (16-byte LDS accesses).
+    pub const ALIGN: u64 = 16;
 }
 
 /// The values of a [`KernelSpec`], read through it (`spec.bm`). They change only through the
@@ -487,25 +496,39 @@ impl KernelSpec {
         saturate(self.mfmas_per_stage_wide())
     }
 
-    /// LDS bytes the kernel allocates.
-    pub fn lds_bytes(&self) -> u64 {
+    /// The LDS buffers the kernel allocates, in order: the kernels allocate exactly these, so
+    /// [`KernelSpec::lds_bytes`] is what the code object reports.
+    pub fn lds_buffers(&self) -> Vec<LdsBuffer> {
         let (bm, bn, bk) = (
             u64::from(self.bm),
             u64::from(self.bn),
             u64::from(self.bk_elems),
         );
-        let a = bm * bk / 2;
+        // FP4 tiles hold two elements a byte; E8M0 scales one byte per 32 elements.
+        let buf = |name, bytes| LdsBuffer { name, bytes };
         match self.variant {
             Variant::Preb => {
-                let slots = if self.b_prefetch { 2 } else { 1 };
-                slots * a
+                let mut v = vec![buf("a_slot0", bm * bk / 2)];
+                if self.b_prefetch {
+                    v.push(buf("a_slot1", bm * bk / 2));
+                }
+                v
             }
-            Variant::Lds => {
-                let b = bn * bk / 2;
-                let scales = (bm + bn) * bk / 32;
-                a + b + scales
-            }
+            Variant::Lds => vec![
+                buf("a_tile", bm * bk / 2),
+                buf("b_tile", bn * bk / 2),
+                buf("a_scales", bm * bk / 32),
+                buf("b_scales", bn * bk / 32),
+            ],
         }
+    }
+
+    /// LDS bytes the kernel allocates (each buffer 16-byte aligned).
+    pub fn lds_bytes(&self) -> u64 {
+        self.lds_buffers()
+            .iter()
+            .map(|b| b.bytes.next_multiple_of(LdsBuffer::ALIGN))
+            .sum()
     }
 
     /// Estimated VGPR+AGPR demand per lane: accumulators, operand fragments, scales and a
@@ -605,9 +628,6 @@ impl KernelSpec {
         let mn = self.mma_mn();
         match self.variant {
             Variant::Preb => {
-                if self.mma != MmaShape::M16N16K128 {
-                    return Err(SpecError::PrebShape);
-                }
                 if self.bm != 16 && !self.bm.is_multiple_of(32) {
                     return Err(SpecError::PairRule {
                         name: "bm",
@@ -628,7 +648,8 @@ impl KernelSpec {
                     256,
                     "one scale dword covers two 128-K MFMA steps",
                 )?;
-                multiple("wn", self.wn, 16, "16-column MFMA tiles")?;
+                multiple("bm", self.bm, mn, "whole MFMA tiles per wave")?;
+                multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
                 multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
             }
             Variant::Lds => {
@@ -858,9 +879,13 @@ mod tests {
         assert!(matches!(e, SpecError::TooManyThreads { .. }), "{e}");
         let e = KernelSpec::new()
             .mma(MmaShape::M32N32K64)
+            .bm(16)
             .validate()
             .unwrap_err();
-        assert_eq!(e, SpecError::PrebShape);
+        assert!(
+            matches!(e, SpecError::NotMultiple { name: "bm", .. }),
+            "{e}"
+        );
         let e = KernelSpec::new()
             .waves_per_eu(Some(9))
             .validate()

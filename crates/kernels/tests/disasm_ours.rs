@@ -34,8 +34,8 @@ fn our_kernels_disassemble_like_objdump() {
     let dir = tempfile::tempdir().unwrap();
     for spec in specs {
         let k = spec.build().unwrap();
-        let co = CodeObject::parse(&k.code_object()).unwrap();
-        let kern = co.kernel(&k.name()).unwrap();
+        let co = CodeObject::parse(k.code_object()).unwrap();
+        let kern = co.kernel(k.name()).unwrap();
         let (base, text) = &co.text;
         let start = (kern.entry - base) as usize;
         let code = &text[start..start + kern.code_size as usize];
@@ -45,7 +45,7 @@ fn our_kernels_disassemble_like_objdump() {
             .map(|(_, i)| i.to_string())
             .collect();
         let path = dir.path().join(format!("{}.hsaco", k.name()));
-        std::fs::write(&path, &k.code_object()).unwrap();
+        std::fs::write(&path, k.code_object()).unwrap();
         let out = Command::new("llvm-objdump-22")
             .args(["-d", "--mcpu=gfx950"])
             .arg(&path)

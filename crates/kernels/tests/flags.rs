@@ -129,10 +129,12 @@ fn check_preb(spec: &KernelSpec) {
             .filter_map(|l| l.split_whitespace().nth(1))
             .map(|d| d.trim_end_matches(','))
             .collect();
-        assert_eq!(
-            dests.len(),
-            b_frags * tiles_in_body,
-            "{name}: distinct B register sets"
+        // One register set would give exactly `b_frags` destinations; the allocator may reuse a
+        // register the other half has already freed, so two sets give more, not always twice.
+        assert!(
+            tiles_in_body < 2 || dests.len() > b_frags * (tiles_in_body - 1),
+            "{name}: {} distinct B destinations for {b_frags} fragments a half",
+            dests.len()
         );
         let flags = b_policy_flags(spec.b_cache_policy);
         for l in &b_loads {
@@ -189,8 +191,8 @@ fn check_preb(spec: &KernelSpec) {
         let shallow = spec.clone().deep_prime(false).build().unwrap();
         let rounds = (spec.bm * spec.bk_elems / 2 / 1024).div_ceil(spec.warps()) as usize;
         assert_eq!(
-            staging(&k.asm()),
-            staging(&shallow.asm()) + rounds,
+            staging(k.asm()),
+            staging(shallow.asm()) + rounds,
             "{name}: A stagings"
         );
     }
