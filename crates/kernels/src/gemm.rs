@@ -8,7 +8,7 @@ use tilegen_dsl::{
 use tilegen_layout::{Coord, Idx, Layout};
 
 use crate::mma::BlockScaledMmaOp;
-use crate::spec::OutDtype;
+use crate::spec::{KernelSpec, LdsBuffer, OutDtype};
 
 /// Handles of the GEMM kernel's parameters `(c, a, b, sfa, sfb, m, n, k)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +146,20 @@ pub type TileAt<'k, 'ctx> = ([i64; 2], [Int<'k, 'ctx>; 2]);
 pub type PendingWrite<'k, 'ctx> = (Int<'k, 'ctx>, Value<'ctx>, Option<Cond<'ctx>>);
 /// The pending writes of a staged tile.
 pub type PendingWrites<'k, 'ctx> = Vec<PendingWrite<'k, 'ctx>>;
+
+/// Allocates the LDS buffers of the spec's plan ([`KernelSpec::lds_buffers`]), in its order:
+/// the kernels allocate exactly what `lds_bytes` counts.
+pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, spec: &KernelSpec) -> Result<Vec<Lds<'ctx>>> {
+    spec.lds_buffers()
+        .iter()
+        .map(|b| {
+            let bytes = u32::try_from(b.bytes).map_err(|_| {
+                DslError::Internal(format!("LDS buffer {} of {} bytes", b.name, b.bytes))
+            })?;
+            k.lds_alloc(b.name, bytes, LdsBuffer::ALIGN as u32)
+        })
+        .collect()
+}
 
 /// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
 /// from `col0`) into a row-major LDS tile at the start of `lds`, 16 bytes per lane. Wave-instruction `i`

@@ -27,11 +27,11 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let sfb = cx.buffer(p.sfb, n * ks, CachePolicy::Always)?;
     let (bm, bn, bk) = (spec.bm as i64, spec.bn as i64, spec.bk_elems as i64);
     let (wm, wn) = (spec.wm as i64, spec.wn as i64);
-    let tile_bytes = bk / 2;
-    let a_lds = k.lds_alloc("a_tile", (bm * tile_bytes) as u32, 16)?;
-    let b_lds = k.lds_alloc("b_tile", (bn * tile_bytes) as u32, 16)?;
-    let sa_lds = k.lds_alloc("a_scales", (bm * bk / 32) as u32, 16)?;
-    let sb_lds = k.lds_alloc("b_scales", (bn * bk / 32) as u32, 16)?;
+    // The spec's LDS plan, in its order: A tile, B tile, A scales, B scales.
+    let plan = crate::gemm::alloc_lds(k, spec)?;
+    let [a_lds, b_lds, sa_lds, sb_lds] = <[_; 4]>::try_from(plan).map_err(|_| {
+        tilegen_dsl::DslError::Internal("the LDS variant plans four LDS buffers".into())
+    })?;
     let warps_n = bn / wn;
     let wave_m = cx.wave / warps_n;
     let wave_n = cx.wave % warps_n;

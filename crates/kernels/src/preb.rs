@@ -239,10 +239,8 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let shape: MfmaShape = spec.mma.shape();
     let mn = shape.mn() as usize;
     let tile_bytes = spec.bk_elems as i64 / 2;
-    let nslots = if spec.b_prefetch { 2 } else { 1 };
-    let slots = (0..nslots)
-        .map(|s| k.lds_alloc(&format!("a_slot{s}"), spec.bm * tile_bytes as u32, 16))
-        .collect::<Result<Vec<_>>>()?;
+    // One A slot, or two with b_prefetch: the spec's LDS plan.
+    let slots = crate::gemm::alloc_lds(k, spec)?;
     let (nm, nn) = (spec.bm as usize / mn, spec.wn as usize / mn);
     let mma = BlockScaledMmaOp::new(k, shape, nm, nn)?;
     let bid_x = k.block_id_x()?;

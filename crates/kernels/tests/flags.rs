@@ -72,6 +72,12 @@ fn preb_flag_combinations() {
 fn check_preb(spec: &KernelSpec) {
     let name = spec.kernel_name();
     let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+    // The kernel allocates exactly the spec's LDS plan.
+    assert_eq!(
+        u64::from(k.report().lds_bytes),
+        spec.lds_bytes(),
+        "{name}: LDS bytes"
+    );
     let r = &k.report();
     assert_eq!(
         (r.vgpr_spill_count, r.sgpr_spill_count, r.private_bytes),
@@ -295,6 +301,11 @@ fn lds_variant_shapes_and_outputs() {
                     .out_dtype(out);
                 let name = spec.kernel_name();
                 let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(
+                    u64::from(k.report().lds_bytes),
+                    spec.lds_bytes(),
+                    "{name}: LDS"
+                );
                 assert_eq!(
                     (k.report().vgpr_spill_count, k.report().private_bytes),
                     (0, 0),
