@@ -143,27 +143,38 @@ fn arbitrary() -> impl Strategy<Value = KernelSpec> {
     (
         (variant, dim(), dim(), bk, dim(), dim()),
         (mma, policy, out, flags, cluster, waves),
+        // Mostly, settings the variant ignores are left unset, so the other rules are reached;
+        // sometimes they are set anyway, and must be refused.
+        prop::bool::weighted(0.2),
     )
         .prop_map(
-            |((variant, bm, bn, bk, wm, wn), (mma, policy, out, flags, cluster, waves))| {
+            |((variant, bm, bn, bk, wm, wn), (mma, policy, out, flags, cluster, waves), stray)| {
+                let preb = variant == Variant::Preb;
                 let base = match variant {
                     Variant::Preb => KernelSpec::new(),
                     Variant::Lds => KernelSpec::lds(),
                 };
-                base.bm(bm)
+                let mut s = base
+                    .bm(bm)
                     .bn(bn)
                     .bk_elems(bk)
-                    .wm(wm)
                     .wn(wn)
                     .mma(mma)
-                    .b_cache_policy(policy)
-                    .out_dtype(out)
-                    .b_prefetch(flags.0)
-                    .dram_to_lds(flags.1)
-                    .cluster_drain_sched(flags.2)
-                    .deep_prime(flags.3)
-                    .mfma_cluster(cluster)
-                    .waves_per_eu(waves)
+                    .out_dtype(out);
+                if !preb || stray {
+                    s = s.wm(wm);
+                }
+                if preb || stray {
+                    s = s
+                        .b_cache_policy(policy)
+                        .b_prefetch(flags.0)
+                        .cluster_drain_sched(flags.2)
+                        .deep_prime(flags.3);
+                }
+                if flags.2 || stray {
+                    s = s.mfma_cluster(cluster);
+                }
+                s.dram_to_lds(flags.1).waves_per_eu(waves)
             },
         )
 }
