@@ -9,6 +9,9 @@ pub enum DslError {
     /// A layout operation failed: a view, tile or partition that does not fit its layout.
     #[error(transparent)]
     Layout(#[from] tilegen_layout::LayoutError),
+    /// A swizzle the index type cannot apply.
+    #[error(transparent)]
+    Swizzle(#[from] tilegen_layout::SwizzleError),
     /// An invariant of this crate broke (an intrinsic that returned nothing, a value of an
     /// unexpected LLVM type): a bug here, reported rather than panicked on.
     #[error("internal: {0}")]

@@ -168,7 +168,7 @@ impl<'ctx> Kernel<'ctx> {
             });
         }
         let module = ctx.create_module(name);
-        module.set_triple(&inkwell::targets::TargetTriple::create(target::TRIPLE));
+        module.set_triple(&target::llvm_triple());
         // The data layout must be set before building: it puts allocas in the private address
         // space (5), as the AMDGPU backend requires.
         crate::compile::with_machine(|tm| {

@@ -15,7 +15,11 @@ use crate::value::{Elem, Ty, Value};
 
 /// Cache policy of a buffer access, as gfx950's `sc0`/`sc1`/`nt` bits (CDNA3/4 memory model:
 /// `sc0`/`sc1` set the coherence scope, `nt` marks streaming data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
 pub enum CachePolicy {
     /// Cache at every level (no bits).
     #[default]

@@ -31,12 +31,17 @@ impl MxFormat {
     }
 }
 
-/// Shapes of the scaled MFMA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Shapes of the f8f6f4 MFMA (`v_mfma[_scale]_f32_{16x16x128,32x32x64}_f8f6f4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MfmaShape {
     /// 16x16 output, K = 128 per instruction, 4 accumulator dwords per lane.
+    #[serde(rename = "16x16x128")]
+    #[cfg_attr(feature = "clap", value(name = "16x16x128"))]
     M16N16K128,
     /// 32x32 output, K = 64 per instruction, 16 accumulator dwords per lane.
+    #[serde(rename = "32x32x64")]
+    #[cfg_attr(feature = "clap", value(name = "32x32x64"))]
     M32N32K64,
 }
 

@@ -7,10 +7,24 @@ use inkwell::targets::{
     CodeModel, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
 };
 
+use target_lexicon::{Architecture, BinaryFormat, Environment, OperatingSystem, Triple, Vendor};
+
 use crate::error::{DslError, Result};
 
-/// Target triple of HSA code objects.
-pub const TRIPLE: &str = "amdgcn-amd-amdhsa";
+/// Target triple of HSA code objects (`amdgcn-amd-amdhsa`), as the crate Rust itself uses for
+/// triples; LLVM is handed its printed form.
+pub const TRIPLE: Triple = Triple {
+    architecture: Architecture::AmdGcn,
+    vendor: Vendor::Amd,
+    operating_system: OperatingSystem::AmdHsa,
+    environment: Environment::Unknown,
+    binary_format: BinaryFormat::Elf,
+};
+
+/// LLVM's form of [`TRIPLE`].
+pub(crate) fn llvm_triple() -> TargetTriple {
+    TargetTriple::create(&TRIPLE.to_string())
+}
 /// The processor.
 pub const CPU: &str = "gfx950";
 /// LDS bytes per workgroup on gfx950 (160 KB per CU).
@@ -49,7 +63,7 @@ static INIT: Once = Once::new();
 /// LLVM's target machine for gfx950 at O3.
 pub fn target_machine() -> Result<TargetMachine> {
     INIT.call_once(|| Target::initialize_amd_gpu(&InitializationConfig::default()));
-    let triple = TargetTriple::create(TRIPLE);
+    let triple = llvm_triple();
     let target = Target::from_triple(&triple).map_err(|e| DslError::Llvm {
         stage: "target lookup",
         message: e.to_string(),
@@ -67,4 +81,16 @@ pub fn target_machine() -> Result<TargetMachine> {
             stage: "target machine",
             message: format!("could not create a target machine for {TRIPLE} {CPU}"),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn triple_prints_and_parses_as_hsa_code_objects_name_it() {
+        assert_eq!(TRIPLE.to_string(), "amdgcn-amd-amdhsa");
+        assert_eq!(Triple::from_str("amdgcn-amd-amdhsa"), Ok(TRIPLE));
+    }
 }

@@ -11,7 +11,7 @@
 
 use std::rc::Rc;
 
-use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
 use crate::atom::MmaAtom;
 use crate::error::{DslError, Result};
@@ -203,6 +203,9 @@ pub struct TileTensor<'k, 'ctx> {
     unit_bits: u32,
     /// Bits per element (a vectorized element spans several units).
     elem_bits: u32,
+    /// Applied to the whole byte offset from the start of the storage (CuTe's composed layout
+    /// `swizzle o (base + lane + layout)`): identity unless [`Self::swizzled`].
+    swizzle: SwizzleChain,
 }
 
 impl<'k, 'ctx> TileTensor<'k, 'ctx> {
@@ -216,7 +219,30 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
             layout,
             unit_bits: 8,
             elem_bits: 8,
+            swizzle: SwizzleChain::identity(),
         }
+    }
+
+    /// The same view with `swizzle` applied to every byte offset from the start of its storage
+    /// (an LDS tile whose rows are permuted chunk-wise to spread columns over the banks). Only a
+    /// view of a whole storage, not yet tiled or partitioned, can be swizzled: the swizzle is a
+    /// function of the storage's offsets. Tiles and partitions of the result stay swizzled.
+    pub fn swizzled(self, swizzle: impl Into<SwizzleChain>) -> Result<Self> {
+        let swizzle = self.swizzle.clone().then(swizzle.into());
+        swizzle.check_index::<Int<'k, 'ctx>>()?;
+        let whole = self.base.static_value() == Some(0) && self.lane.static_value() == Some(0);
+        if !whole || matches!(self.storage, Storage::Regs(_) | Storage::Index) {
+            return Err(DslError::Operand {
+                op: "swizzled",
+                rule: "only a whole memory view (not tiled or partitioned, not registers) can be swizzled".into(),
+            });
+        }
+        Ok(TileTensor { swizzle, ..self })
+    }
+
+    /// The swizzle applied to this view's byte offsets (identity unless swizzled).
+    pub fn swizzle(&self) -> &SwizzleChain {
+        &self.swizzle
     }
 
     /// A view of `bits`-bit elements: `layout` counts in elements. Sub-byte elements are packed
@@ -496,6 +522,12 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
                 rule: "a register view has no byte offsets: load or store its elements".into(),
             });
         }
+        if !self.swizzle.is_identity() {
+            return Err(DslError::Operand {
+                op: "offsets",
+                rule: "a swizzled view's offset is not a sum of parts: use offsets()".into(),
+            });
+        }
         let (fixed, rest) = self.byte_parts(&self.layout, coord)?;
         Ok((self.base.clone(), self.lane.clone(), fixed, rest))
     }
@@ -504,9 +536,25 @@ impl<'k, 'ctx> TileTensor<'k, 'ctx> {
     /// joins the uniform offset (buffer operations fold it into the instruction's immediate);
     /// its run-time part (modes with run-time strides) joins the lane's, where loop-invariant
     /// offsets stay in one VGPR each instead of holding an SGPR each through a loop.
+    ///
+    /// In a swizzled view the swizzle mixes uniform and lane bits, so the whole offset is the
+    /// lane's, except a static part that is a multiple of the swizzle's block (it passes through
+    /// the swizzle unchanged, and stays an immediate).
     pub fn offsets(&self, coord: &Coord<Int<'k, 'ctx>>) -> Result<(Int<'k, 'ctx>, Int<'k, 'ctx>)> {
-        let (base, lane, fixed, rest) = self.offset_parts(coord)?;
         let zero = self.k.i32(0);
+        if !self.swizzle.is_identity() {
+            let (fixed, rest) = self.byte_parts(&self.layout, coord)?;
+            let block = self.swizzle.block();
+            let (outside, inside) = (fixed - fixed.rem_euclid(block), fixed.rem_euclid(block));
+            let total = self
+                .base
+                .add(&self.lane)
+                .add(&rest)
+                .add(&Idx::Static(inside));
+            let lane = self.swizzle.apply_idx(&total);
+            return Ok((self.k.i32(outside), lane.to_value(&zero)));
+        }
+        let (base, lane, fixed, rest) = self.offset_parts(coord)?;
         let base = base.add(&Idx::Static(fixed));
         Ok((base.to_value(&zero), lane.add(&rest).to_value(&zero)))
     }

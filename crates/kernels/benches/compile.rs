@@ -170,7 +170,7 @@ fn main() {
         ),
         (
             "lds default",
-            KernelSpec::lds().mma(tilegen_kernels::MmaShape::M16N16K128),
+            KernelSpec::lds().mma(tilegen_kernels::MfmaShape::M16N16K128),
         ),
     ];
     // Warm the target machine once, as a long-running generator would be.

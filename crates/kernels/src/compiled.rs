@@ -10,6 +10,32 @@ use tilegen_dsl::{CompileOptions, Kernel, KernelAttrs, Timings};
 use crate::spec::{KernelSpec, SpecError, Variant};
 use crate::{gemm, lds, preb};
 
+/// Why [`KernelSpec::build`] gave no kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The spec breaks a rule; nothing was generated.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// LLVM or the linker failed on a validated spec: a bug in the generator, reported with
+    /// the builder's error rather than aborted on.
+    #[error("compiling the validated spec failed")]
+    Compile(#[source] tilegen_dsl::DslError),
+    /// The code object the compiler produced does not describe the kernel.
+    #[error("reading the compiled kernel's resources failed")]
+    Report(#[source] ReportError),
+}
+
+/// Why a [`ResourceReport`] could not be read from a code object.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Not a usable code object.
+    #[error(transparent)]
+    CodeObject(#[from] tilegen_codeobj::CodeObjectError),
+    /// The code object lacks the kernel.
+    #[error("the code object has no kernel {0}")]
+    NoKernel(String),
+}
+
 /// Resources of a compiled kernel, read back from its code object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResourceReport {
@@ -116,7 +142,7 @@ impl CompiledKernel {
 
 impl KernelSpec {
     /// Validates the spec and compiles it, in process. Every rule is checked before LLVM runs.
-    pub fn build(&self) -> Result<CompiledKernel, SpecError> {
+    pub fn build(&self) -> Result<CompiledKernel, BuildError> {
         self.build_with(CompileOptions {
             emit_asm: true,
             emit_ir: true,
@@ -126,7 +152,7 @@ impl KernelSpec {
 
     /// [`KernelSpec::build`] with explicit outputs (skip the listing and IR for the fastest
     /// build).
-    pub fn build_with(&self, options: CompileOptions) -> Result<CompiledKernel, SpecError> {
+    pub fn build_with(&self, options: CompileOptions) -> Result<CompiledKernel, BuildError> {
         self.validate()?;
         let ctx = Context::create();
         let name = self.kernel_name();
@@ -134,9 +160,7 @@ impl KernelSpec {
             workgroup_size: self.threads(),
             waves_per_eu: self.waves_per_eu,
         };
-        let compile_err = |e: tilegen_dsl::DslError| SpecError::Compile {
-            message: e.to_string(),
-        };
+        let compile_err = BuildError::Compile;
         let k = Kernel::new(&ctx, &name, &gemm::params(), attrs).map_err(compile_err)?;
         match self.variant {
             Variant::Preb => preb::build(&k, self),
@@ -145,8 +169,7 @@ impl KernelSpec {
         .and_then(|()| k.finish())
         .map_err(compile_err)?;
         let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
-        let report = ResourceReport::read(&out.code_object, &name)
-            .map_err(|message| SpecError::Compile { message })?;
+        let report = ResourceReport::read(&out.code_object, &name).map_err(BuildError::Report)?;
         Ok(CompiledKernel {
             spec: self.clone(),
             name,
@@ -163,11 +186,11 @@ impl KernelSpec {
 
 impl ResourceReport {
     /// Reads the report of kernel `name` from a code object.
-    pub fn read(code_object: &[u8], name: &str) -> Result<Self, String> {
-        let co = tilegen_codeobj::CodeObject::parse(code_object).map_err(|e| e.to_string())?;
+    pub fn read(code_object: &[u8], name: &str) -> Result<Self, ReportError> {
+        let co = tilegen_codeobj::CodeObject::parse(code_object)?;
         let k = co
             .kernel(name)
-            .ok_or_else(|| format!("the code object has no kernel {name}"))?;
+            .ok_or_else(|| ReportError::NoKernel(name.to_string()))?;
         let (m, d) = (&k.meta, &k.descriptor);
         Ok(ResourceReport {
             vgpr_count: m.vgpr_count,

@@ -5,7 +5,7 @@ use tilegen_dsl::{
     Buffer, CachePolicy, Cond, DslError, Elem, I32Param, Int, Kernel, Lds, PtrParam, Result,
     Signature, Storage, TileTensor, Value, dev_layout,
 };
-use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_layout::{Coord, Idx, Layout, Swizzle, SwizzleChain};
 
 use crate::mma::BlockScaledMmaOp;
 use crate::spec::{KernelSpec, LdsBuffer, OutDtype};
@@ -161,6 +161,40 @@ pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, spec: &KernelSpec) -> Result<Vec<Lds<'c
         .collect()
 }
 
+/// The swizzle of a row-major FP4 operand tile in LDS with rows of `row_bytes`, staged 16 bytes
+/// per lane (`ds_write_b128` or `buffer_load ... lds`) and read as MFMA fragments
+/// (`ds_read_b128`, 16 bytes per lane: 16 rows x 4 chunks for 16x16x128, 32 rows x 2 chunks for
+/// 32x32x64). It XORs the 16-byte chunk index with row bits, so the rows one read phase touches
+/// land in distinct bank groups. Each choice was found by an exhaustive search over one- and
+/// two-step swizzles against the phase rules of both fragment reads and of the row-major writes,
+/// and is conflict-free for all of them (the unswizzled tile is not: its rows fall on the same
+/// banks every 256 bytes).
+///
+/// Every step moves bits only below `log2(row_bytes)`, so a swizzled offset stays in its row
+/// and in the tile whatever the tile's height. Rows that are not a power of two bytes (384, say)
+/// are not aligned to the XOR's blocks: they stay unswizzled.
+pub fn swizzle_for_rows(row_bytes: i64) -> Result<SwizzleChain> {
+    let sw = |bits, base, shift| Swizzle::new(bits, base, shift).map_err(DslError::from);
+    if row_bytes < 64 || row_bytes.count_ones() != 1 {
+        return Ok(SwizzleChain::identity());
+    }
+    let log = row_bytes.trailing_zeros() as i32;
+    Ok(match row_bytes {
+        64 => sw(2, 4, 3)?.then(sw(1, 4, 6)?),
+        128 => sw(3, 4, 4)?.into(),
+        _ => sw(4, 4, log - 4)?.into(),
+    })
+}
+
+/// [`swizzle_for_rows`], or the identity when the spec turns LDS swizzling off.
+pub fn operand_swizzle(spec: &KernelSpec, row_bytes: i64) -> Result<SwizzleChain> {
+    if spec.lds_swizzle {
+        swizzle_for_rows(row_bytes)
+    } else {
+        Ok(SwizzleChain::identity())
+    }
+}
+
 /// Copies a `[rows, row_bytes]` byte tile of a row-major global matrix (rows from `row0`, bytes
 /// from `col0`) into a row-major LDS tile at the start of `lds`, 16 bytes per lane. Wave-instruction `i`
 /// moves chunks `64 i .. 64 i + 63`, which are 1 KB of contiguous LDS, so the same mapping works
@@ -182,6 +216,7 @@ pub fn stage_tile<'k, 'ctx>(
     rows: i64,
     row_bytes: i64,
     direct: bool,
+    swizzle: &SwizzleChain,
 ) -> Result<PendingWrites<'k, 'ctx>> {
     let k = cx.k;
     let chunks_per_row = row_bytes / 16;
@@ -246,6 +281,20 @@ pub fn stage_tile<'k, 'ctx>(
                 } else {
                     i.mul(&Idx::Static(1024))
                 };
+                // In a swizzled tile that place holds the chunk the swizzle maps there: the lane
+                // loads that one (same row, another chunk).
+                // Its coordinate in the tile is whole (uniform and lane parts mixed), so the
+                // uniform offset is the tile's origin alone.
+                let (g_l, g_u) = if swizzle.is_identity() {
+                    (g_l, g_u)
+                } else {
+                    let place = base.add(&lane.mul(&Idx::Static(16)));
+                    let logical = swizzle.inverse().apply_idx(&place);
+                    (
+                        global.crd2idx(&local.idx2crd(&logical)?)?,
+                        global.crd2idx(&Coord::from((row0.idx(), col0.idx())))?,
+                    )
+                };
                 k.buffer_load_to_lds(
                     src,
                     lds,
@@ -257,7 +306,8 @@ pub fn stage_tile<'k, 'ctx>(
                 Ok(None)
             } else {
                 let v = k.buffer_load(src, g_l.to_value(&z), g_u.to_value(&z), 4)?;
-                Ok(Some((s_u.add(&s_l).to_value(&z), v)))
+                let at = swizzle.apply_idx(&s_u.add(&s_l));
+                Ok(Some((at.to_value(&z), v)))
             }
         };
         let i = cx.wave.idx().add(&Idx::Static(j * cx.warps));

@@ -4,7 +4,7 @@
 //! `load_frag_from_smem` / `load_scales_from_smem`) through the atom's partitions.
 
 use tilegen_dsl::{CachePolicy, Elem, Int, Kernel, Result, Storage, TileTensor, dev_layout};
-use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
 use crate::atom::ScaleSel;
 use crate::gemm::{self, Ctx};
@@ -19,7 +19,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let warps = spec.warps() as i64;
     let cx = Ctx::new(k, warps)?;
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
-    let shape = spec.mma.shape();
+    let shape = spec.mma;
     let p = cx.params;
     let a = cx.buffer(p.a, m * kb, CachePolicy::Always)?;
     let b = cx.buffer(p.b, n * kb, CachePolicy::Always)?;
@@ -50,17 +50,23 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     // Each lane's fragments of this wave's rows of the LDS tiles for stages of `step_elems`
     // K elements (built once, outside the loops that reuse them).
     let fragments = |step_elems: i64| -> Result<[TileTensor<'k, 'ctx>; 4]> {
-        let wave_tile = |lds, rows, wave_rows, wave: Int<'k, 'ctx>, cols, bits| {
+        let wave_tile = |lds, rows, wave_rows, wave: Int<'k, 'ctx>, cols, bits, sw| {
             let layout = dev_layout(&Layout::row_major((rows, cols)))?;
             TileTensor::packed(k, Storage::Lds(lds), layout, bits)?
+                .swizzled(sw)?
                 .tile(&[wave_rows, cols], &[wave.idx(), Idx::Static(0)])
         };
         let srow = step_elems / 32;
+        let sw = gemm::operand_swizzle(spec, step_elems / 2)?;
+        let none = SwizzleChain::identity();
         Ok([
-            wave_tile(a_lds, bm, wm, wave_m, step_elems, FP4_BITS)?.partition_a(&atom, cx.lane)?,
-            wave_tile(b_lds, bn, wn, wave_n, step_elems, FP4_BITS)?.partition_b(&atom, cx.lane)?,
-            wave_tile(sa_lds, bm, wm, wave_m, srow, 8)?.partition_sfa(&atom, cx.lane)?,
-            wave_tile(sb_lds, bn, wn, wave_n, srow, 8)?.partition_sfb(&atom, cx.lane)?,
+            wave_tile(a_lds, bm, wm, wave_m, step_elems, FP4_BITS, sw.clone())?
+                .partition_a(&atom, cx.lane)?,
+            wave_tile(b_lds, bn, wn, wave_n, step_elems, FP4_BITS, sw)?
+                .partition_b(&atom, cx.lane)?,
+            wave_tile(sa_lds, bm, wm, wave_m, srow, 8, none.clone())?
+                .partition_sfa(&atom, cx.lane)?,
+            wave_tile(sb_lds, bn, wn, wave_n, srow, 8, none)?.partition_sfb(&atom, cx.lane)?,
         ])
     };
     // One stage of `step_elems` K elements starting at element `k0`.
@@ -68,6 +74,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
         |k0: Int<'k, 'ctx>, step_elems: i64, frags: &[TileTensor<'k, 'ctx>; 4]| -> Result<()> {
             let row_bytes = step_elems / 2;
             let srow = step_elems / 32;
+            let sw = gemm::operand_swizzle(spec, row_bytes)?;
             let pa = gemm::stage_tile(
                 &cx,
                 &a,
@@ -78,6 +85,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
                 bm,
                 row_bytes,
                 spec.dram_to_lds,
+                &sw,
             )?;
             let pb = gemm::stage_tile(
                 &cx,
@@ -89,6 +97,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
                 bn,
                 row_bytes,
                 spec.dram_to_lds,
+                &sw,
             )?;
             gemm::commit_tile(&cx, &a_lds, pa)?;
             gemm::commit_tile(&cx, &b_lds, pb)?;

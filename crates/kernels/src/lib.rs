@@ -4,7 +4,7 @@
 //! use tilegen_kernels::KernelSpec;
 //! let kernel = KernelSpec::new().b_prefetch(true).build()?;
 //! println!("{} VGPRs, {} bytes of LDS", kernel.report().vgpr_count, kernel.report().lds_bytes);
-//! # Ok::<(), tilegen_kernels::SpecError>(())
+//! # Ok::<(), tilegen_kernels::BuildError>(())
 //! ```
 #![deny(missing_docs)]
 
@@ -17,9 +17,9 @@ pub mod mma;
 mod preb;
 mod spec;
 
-pub use compiled::{CompiledKernel, Kernarg, ResourceReport, occupancy};
+pub use compiled::{BuildError, CompiledKernel, Kernarg, ReportError, ResourceReport, occupancy};
 pub use launch::{GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem};
 pub use spec::{
-    BCachePolicy, KernelSpec, LdsBuffer, MmaShape, OutDtype, SpecError, SpecValues, Variant,
+    CachePolicy, KernelSpec, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
 };
 pub mod atom;

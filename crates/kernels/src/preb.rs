@@ -229,14 +229,14 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let blk = Shuffler::S_MN_BLOCK as i64;
     let pad32 = |v: Int<'k, 'ctx>| (v + (blk - 1)) / blk * blk;
     let a = cx.buffer(p.a, m * kb, CachePolicy::Always)?;
-    let b = cx.buffer(p.b, n * kb, spec.b_cache_policy.policy())?;
+    let b = cx.buffer(p.b, n * kb, spec.b_cache_policy)?;
     let sfa = cx.buffer(p.sfa, pad32(m) * ks, CachePolicy::Always)?;
     let sfb = cx.buffer(p.sfb, pad32(n) * ks, CachePolicy::Always)?;
     // The same layouts the host preshuffle writes with, here over run-time N, M and K.
     let b5 = Shuffler::b_5d_layout(Idx::Static(1), n.idx(), kb.idx());
     let b_nk = downcast(&Layout::from_modes(vec![b5.mode(1)?, b5.mode(2)?]), 2)?;
     let b = TileTensor::packed(k, Storage::Global(b), b_nk, FP4_BITS)?;
-    let shape: MfmaShape = spec.mma.shape();
+    let shape: MfmaShape = spec.mma;
     let mn = shape.mn() as usize;
     let tile_bytes = spec.bk_elems as i64 / 2;
     // One A slot, or two with b_prefetch: the spec's LDS plan.
@@ -315,6 +315,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
             self.spec.bm as i64,
             steps * self.step_bytes(),
             self.spec.dram_to_lds,
+            &gemm::operand_swizzle(self.spec, steps * self.step_bytes())?,
         )
     }
 
@@ -401,6 +402,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
         let a_frag = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
+            .swizzled(gemm::operand_swizzle(self.spec, steps * self.step_bytes())?)?
             .partition_a(&self.mma.atom, self.cx.lane)?;
         let a_sf = self.a_scales(t, steps)?;
         let a_dwords = a_sf.load(k)?;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use tilegen_dsl::target::{
     LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE, WAVE_SIZE,
 };
-use tilegen_dsl::{CachePolicy, MfmaShape};
+pub use tilegen_dsl::{CachePolicy, MfmaShape};
 
 /// Which kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,58 +56,6 @@ impl fmt::Display for OutDtype {
             OutDtype::Bf16 => "bf16",
             OutDtype::F32 => "f32",
         })
-    }
-}
-
-/// Cache policy of the B loads (`b_cache_policy`), serialisable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum BCachePolicy {
-    /// Cache at all levels.
-    #[default]
-    Always,
-    /// Skip the CU's L1 (`sc1`).
-    Global,
-    /// Non-temporal (`nt`).
-    Streaming,
-    /// System scope (`sc0 sc1`).
-    Volatile,
-}
-
-impl BCachePolicy {
-    /// The builder's policy.
-    pub fn policy(self) -> CachePolicy {
-        match self {
-            BCachePolicy::Always => CachePolicy::Always,
-            BCachePolicy::Global => CachePolicy::Global,
-            BCachePolicy::Streaming => CachePolicy::Streaming,
-            BCachePolicy::Volatile => CachePolicy::Volatile,
-        }
-    }
-}
-
-/// The MFMA instruction shape a spec computes with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum MmaShape {
-    /// `v_mfma_scale_f32_16x16x128_f8f6f4`.
-    #[serde(rename = "16x16x128")]
-    #[cfg_attr(feature = "clap", value(name = "16x16x128"))]
-    M16N16K128,
-    /// `v_mfma_scale_f32_32x32x64_f8f6f4`.
-    #[serde(rename = "32x32x64")]
-    #[cfg_attr(feature = "clap", value(name = "32x32x64"))]
-    M32N32K64,
-}
-
-impl MmaShape {
-    /// The builder's shape.
-    pub fn shape(self) -> MfmaShape {
-        match self {
-            MmaShape::M16N16K128 => MfmaShape::M16N16K128,
-            MmaShape::M32N32K64 => MfmaShape::M32N32K64,
-        }
     }
 }
 
@@ -213,13 +161,6 @@ pub enum SpecError {
         /// Breakdown.
         detail: String,
     },
-    /// LLVM or the linker failed on a validated spec (a bug in the generator: reported, not
-    /// aborted on).
-    #[error("compiling the kernel failed: {message}")]
-    Compile {
-        /// What failed.
-        message: String,
-    },
     /// A setting the spec's variant or flags would ignore.
     #[error("{setter} would be ignored: {why}")]
     Ignored {
@@ -262,15 +203,17 @@ pub struct SpecValues {
     /// Columns per wave.
     pub wn: u32,
     /// MFMA shape.
-    pub mma: MmaShape,
+    pub mma: MfmaShape,
     /// Output element type.
     pub out_dtype: OutDtype,
     /// Depth-2 outer-K pipeline with double B registers (preb).
     pub b_prefetch: bool,
     /// Cache policy of the B loads (preb).
-    pub b_cache_policy: BCachePolicy,
+    pub b_cache_policy: CachePolicy,
     /// Move A global -> LDS with `buffer_load ... lds` instead of through VGPRs.
     pub dram_to_lds: bool,
+    /// Swizzle the FP4 operand tiles in LDS so fragment reads are free of bank conflicts.
+    pub lds_swizzle: bool,
     /// Per-cluster `s_setprio` brackets and a partial vmcnt staircase (preb, b_prefetch).
     pub cluster_drain_sched: bool,
     /// MFMAs per cluster.
@@ -366,7 +309,7 @@ impl KernelSpec {
     }
 
     /// The preshuffled-B kernel with the seed's defaults: BM=64, BN=128, BK_ELEMS=512, WN=64,
-    /// every flag off, `mfma_cluster` 4, bf16 output.
+    /// every flag off but `lds_swizzle`, `mfma_cluster` 4, bf16 output.
     pub fn preb() -> Self {
         SpecValues {
             variant: Variant::Preb,
@@ -375,11 +318,12 @@ impl KernelSpec {
             bk_elems: 512,
             wm: 64,
             wn: 64,
-            mma: MmaShape::M16N16K128,
+            mma: MfmaShape::M16N16K128,
             out_dtype: OutDtype::Bf16,
             b_prefetch: false,
-            b_cache_policy: BCachePolicy::Always,
+            b_cache_policy: CachePolicy::Always,
             dram_to_lds: false,
+            lds_swizzle: true,
             cluster_drain_sched: false,
             mfma_cluster: 4,
             deep_prime: false,
@@ -417,7 +361,7 @@ impl KernelSpec {
         "Rows per wave (LDS variant; preb waves cover all BM rows)."
     );
     setter!(wn, u32, "Columns per wave.");
-    setter!(mma, MmaShape, Explicit::MMA, "MFMA shape.");
+    setter!(mma, MfmaShape, Explicit::MMA, "MFMA shape.");
     setter!(out_dtype, OutDtype, "Output element type.");
     setter!(
         b_prefetch,
@@ -427,11 +371,16 @@ impl KernelSpec {
     );
     setter!(
         b_cache_policy,
-        BCachePolicy,
+        CachePolicy,
         Explicit::B_CACHE_POLICY,
         "Cache policy of the B loads (preb)."
     );
     setter!(dram_to_lds, bool, "Direct global-to-LDS loads of A.");
+    setter!(
+        lds_swizzle,
+        bool,
+        "Swizzled LDS operand tiles (on by default; off to measure bank conflicts)."
+    );
     setter!(
         cluster_drain_sched,
         bool,
@@ -481,11 +430,11 @@ impl KernelSpec {
     }
 
     fn mma_mn(&self) -> u32 {
-        self.mma.shape().mn()
+        self.mma.mn()
     }
 
     fn mfmas_per_stage_wide(&self) -> u64 {
-        let s = self.mma.shape();
+        let s = self.mma;
         u64::from(self.warp_m() / s.mn())
             * u64::from(self.wn / s.mn())
             * u64::from(self.bk_elems / s.k())
@@ -534,7 +483,7 @@ impl KernelSpec {
     /// Estimated VGPR+AGPR demand per lane: accumulators, operand fragments, scales and a
     /// margin for addresses. Used to refuse specs that cannot fit before compiling them.
     pub fn register_estimate(&self) -> (u64, String) {
-        let s = self.mma.shape();
+        let s = self.mma;
         let (nm, nn) = (
             u64::from(self.warp_m() / s.mn()),
             u64::from(self.wn / s.mn()),
@@ -596,7 +545,7 @@ impl KernelSpec {
         preb_only("b_prefetch", self.b_prefetch || x.has(Explicit::B_PREFETCH))?;
         preb_only(
             "b_cache_policy",
-            self.b_cache_policy != BCachePolicy::Always || x.has(Explicit::B_CACHE_POLICY),
+            self.b_cache_policy != CachePolicy::Always || x.has(Explicit::B_CACHE_POLICY),
         )?;
         preb_only(
             "cluster_drain_sched",
@@ -728,19 +677,22 @@ impl KernelSpec {
             self.warp_m(),
             self.wn,
             match self.mma {
-                MmaShape::M16N16K128 => "m16",
-                MmaShape::M32N32K64 => "m32",
+                MfmaShape::M16N16K128 => "m16",
+                MfmaShape::M32N32K64 => "m32",
             },
             self.out_dtype
         );
         if self.b_prefetch {
             s.push_str("_bpf");
         }
-        if self.b_cache_policy != BCachePolicy::Always {
+        if self.b_cache_policy != CachePolicy::Always {
             s.push_str(&format!("_b{:?}", self.b_cache_policy).to_lowercase());
         }
         if self.dram_to_lds {
             s.push_str("_d2l");
+        }
+        if !self.lds_swizzle {
+            s.push_str("_nosw");
         }
         if let Some(w) = self.waves_per_eu {
             s.push_str(&format!("_w{w}"));
@@ -878,7 +830,7 @@ mod tests {
         let e = KernelSpec::new().bn(2048).wn(64).validate().unwrap_err();
         assert!(matches!(e, SpecError::TooManyThreads { .. }), "{e}");
         let e = KernelSpec::new()
-            .mma(MmaShape::M32N32K64)
+            .mma(MfmaShape::M32N32K64)
             .bm(16)
             .validate()
             .unwrap_err();

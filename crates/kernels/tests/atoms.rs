@@ -346,7 +346,7 @@ fn unscaled_atoms_match_the_emulator() {
 #[test]
 fn preb_with_32x32x64() {
     use rayon::prelude::*;
-    use tilegen_kernels::{KernelSpec, MmaShape};
+    use tilegen_kernels::{KernelSpec, MfmaShape};
     use tilegen_mx::{MxMatrix, reference_gemm};
 
     let mut specs = Vec::new();
@@ -358,7 +358,7 @@ fn preb_with_32x32x64() {
             (true, true, true, true),
         ] {
             let base = KernelSpec::new()
-                .mma(MmaShape::M32N32K64)
+                .mma(MfmaShape::M32N32K64)
                 .bm(bm)
                 .bn(bn)
                 .bk_elems(bk)

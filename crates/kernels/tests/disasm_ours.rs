@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use tilegen_codeobj::CodeObject;
-use tilegen_kernels::{KernelSpec, MmaShape};
+use tilegen_kernels::{KernelSpec, MfmaShape};
 
 #[test]
 fn our_kernels_disassemble_like_objdump() {
@@ -28,7 +28,7 @@ fn our_kernels_disassemble_like_objdump() {
             .bk_elems(256)
             .wm(32)
             .wn(32)
-            .mma(MmaShape::M32N32K64)
+            .mma(MfmaShape::M32N32K64)
             .dram_to_lds(true),
     ];
     let dir = tempfile::tempdir().unwrap();

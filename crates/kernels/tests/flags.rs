@@ -2,7 +2,7 @@
 //! its listing shows what the flag promises.
 
 use tilegen_kernels::asm::LoopStats;
-use tilegen_kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype, SpecError};
+use tilegen_kernels::{BuildError, CachePolicy, KernelSpec, MfmaShape, OutDtype, SpecError};
 
 /// (bm, bn, bk_elems, wn): the seed default, a square tile with 32-wide waves, and the smallest
 /// (BM = 16 and WN = 16 exercise the run-time scale-byte selection).
@@ -13,22 +13,22 @@ fn main_loop(asm: &str) -> Vec<&str> {
     tilegen_kernels::asm::main_loop_lines(asm).expect("a main loop")
 }
 
-fn b_policy_flags(p: BCachePolicy) -> &'static str {
+fn b_policy_flags(p: CachePolicy) -> &'static str {
     match p {
-        BCachePolicy::Always => "",
-        BCachePolicy::Global => "sc1",
-        BCachePolicy::Streaming => "nt",
-        BCachePolicy::Volatile => "sc0 sc1",
+        CachePolicy::Always => "",
+        CachePolicy::Global => "sc1",
+        CachePolicy::Streaming => "nt",
+        CachePolicy::Volatile => "sc0 sc1",
     }
 }
 
 #[test]
 fn preb_flag_combinations() {
     let policies = [
-        BCachePolicy::Always,
-        BCachePolicy::Global,
-        BCachePolicy::Streaming,
-        BCachePolicy::Volatile,
+        CachePolicy::Always,
+        CachePolicy::Global,
+        CachePolicy::Streaming,
+        CachePolicy::Volatile,
     ];
     for &(bm, bn, bk, wn) in PREB_SHAPES {
         for prefetch in [false, true] {
@@ -220,6 +220,7 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ("bk_elems", base.clone().bk_elems(256)),
         ("wn", base.clone().wn(32)),
         ("dram_to_lds", base.clone().dram_to_lds(true)),
+        ("lds_swizzle", base.clone().lds_swizzle(false)),
         ("deep_prime", base.clone().deep_prime(true)),
         (
             "cluster_drain_sched",
@@ -231,7 +232,7 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ),
         (
             "b_cache_policy",
-            base.clone().b_cache_policy(BCachePolicy::Streaming),
+            base.clone().b_cache_policy(CachePolicy::Streaming),
         ),
         ("out_dtype", base.clone().out_dtype(OutDtype::F32)),
         ("waves_per_eu", base.clone().waves_per_eu(Some(2))),
@@ -263,7 +264,7 @@ fn settings_a_variant_ignores_are_refused_not_keyed() {
     ] {
         let e = spec.build().unwrap_err();
         assert!(
-            matches!(e, SpecError::Ignored { setter, .. } if setter == what),
+            matches!(e, BuildError::Spec(SpecError::Ignored { setter, .. }) if setter == what),
             "{what}: {e}"
         );
     }
@@ -272,10 +273,10 @@ fn settings_a_variant_ignores_are_refused_not_keyed() {
     assert!(
         matches!(
             e,
-            SpecError::WrongVariant {
+            BuildError::Spec(SpecError::WrongVariant {
                 flag: "b_prefetch",
                 ..
-            }
+            })
         ),
         "{e}"
     );
@@ -284,9 +285,9 @@ fn settings_a_variant_ignores_are_refused_not_keyed() {
 #[test]
 fn lds_variant_shapes_and_outputs() {
     for (bm, bn, bk, wm, wn, mma) in [
-        (128, 128, 128, 64, 64, MmaShape::M16N16K128),
-        (64, 64, 256, 32, 32, MmaShape::M32N32K64),
-        (32, 64, 128, 32, 32, MmaShape::M16N16K128),
+        (128, 128, 128, 64, 64, MfmaShape::M16N16K128),
+        (64, 64, 256, 32, 32, MfmaShape::M32N32K64),
+        (32, 64, 128, 32, 32, MfmaShape::M16N16K128),
     ] {
         for dram in [false, true] {
             for out in [OutDtype::Bf16, OutDtype::F32] {
@@ -312,8 +313,8 @@ fn lds_variant_shapes_and_outputs() {
                     "{name} spills"
                 );
                 let mnemonic = match mma {
-                    MmaShape::M16N16K128 => "v_mfma_scale_f32_16x16x128_f8f6f4",
-                    MmaShape::M32N32K64 => "v_mfma_scale_f32_32x32x64_f8f6f4",
+                    MfmaShape::M16N16K128 => "v_mfma_scale_f32_16x16x128_f8f6f4",
+                    MfmaShape::M32N32K64 => "v_mfma_scale_f32_32x32x64_f8f6f4",
                 };
                 let lp = LoopStats::from_asm(k.asm());
                 assert_eq!(lp.mfmas, spec.mfmas_per_stage(), "{name}");

@@ -1,7 +1,7 @@
 //! Kernel-spec flags shared by `tilegen gemm` and `tilegen build`.
 
 use clap::Args;
-use tilegen::kernels::{BCachePolicy, KernelSpec, MmaShape, OutDtype, Variant};
+use tilegen::kernels::{CachePolicy, KernelSpec, MfmaShape, OutDtype, Variant};
 
 /// Tile configuration; unset values take the variant's defaults. Only the flags given reach the
 /// spec, so one the variant would ignore is refused by the spec's rules.
@@ -27,16 +27,19 @@ pub struct SpecArgs {
     pub wn: Option<u32>,
     /// MFMA shape.
     #[arg(long, value_enum)]
-    pub mma: Option<MmaShape>,
+    pub mma: Option<MfmaShape>,
     /// Depth-2 outer-K pipeline with double B registers (preb).
     #[arg(long)]
     pub b_prefetch: bool,
     /// Cache policy of the B loads (preb).
     #[arg(long, value_enum)]
-    pub b_cache_policy: Option<BCachePolicy>,
+    pub b_cache_policy: Option<CachePolicy>,
     /// Load A global -> LDS directly (`buffer_load ... lds`).
     #[arg(long)]
     pub dram_to_lds: bool,
+    /// Keep the FP4 operand tiles in LDS unswizzled (to measure what swizzling saves).
+    #[arg(long)]
+    pub no_lds_swizzle: bool,
     /// Per-cluster s_setprio brackets and a partial vmcnt staircase (preb, with --b-prefetch).
     #[arg(long)]
     pub cluster_drain_sched: bool,
@@ -88,6 +91,9 @@ impl SpecArgs {
             if given {
                 s = f(s, true);
             }
+        }
+        if self.no_lds_swizzle {
+            s = s.lds_swizzle(false);
         }
         s.waves_per_eu(self.waves_per_eu).out_dtype(self.out_dtype)
     }
