@@ -106,8 +106,8 @@ impl PagedTile {
             return Err(PagedError::EmptyTile { bn });
         }
         let nested = page_size == 0
-            || (page_size < bn && bn % page_size == 0)
-            || (page_size >= bn && page_size % bn == 0);
+            || (page_size < bn && bn.is_multiple_of(page_size))
+            || (page_size >= bn && page_size.is_multiple_of(bn));
         if !nested {
             return Err(PagedError::NotNested { page_size, bn });
         }
@@ -121,7 +121,7 @@ impl PagedTile {
     /// The same tile with K split between a pair, this member playing `role`.
     pub fn paired(self, role: PairRole) -> Result<Self, PagedError> {
         let num_pages = self.num_pages();
-        if self.bn % 2 != 0 || (num_pages >= 2 && num_pages % 2 != 0) {
+        if !self.bn.is_multiple_of(2) || (num_pages >= 2 && !num_pages.is_multiple_of(2)) {
             return Err(PagedError::Unpairable {
                 bn: self.bn,
                 num_pages,
@@ -288,13 +288,13 @@ impl<T: IndexValue> PagedRowIndices<T> {
             bn: t.bn,
             num_pages,
         };
-        if sub_tiles == 0 || index >= sub_tiles || t.bn % sub_tiles != 0 {
+        if sub_tiles == 0 || index >= sub_tiles || !t.bn.is_multiple_of(sub_tiles) {
             return Err(bad());
         }
         let slot_rows = t.bn / sub_tiles;
         let rows = sub_tile_rows(slot_rows, t.page_size);
         if num_pages >= sub_tiles {
-            if num_pages % sub_tiles != 0 {
+            if !num_pages.is_multiple_of(sub_tiles) {
                 return Err(bad());
             }
             let per = num_pages / sub_tiles;
@@ -401,7 +401,7 @@ mod tests {
                     assert_eq!(moved(&idx.k_copies(None).unwrap()), all);
                     // K under the pair split: each half its rows, packed from slot row 0.
                     let pairable =
-                        bn % 2 == 0 && (tile.num_pages() < 2 || tile.num_pages() % 2 == 0);
+                        bn % 2 == 0 && (tile.num_pages() < 2 || tile.num_pages().is_multiple_of(2));
                     assert_eq!(tile.paired(PairRole::Leader).is_ok(), pairable);
                     if pairable {
                         for (role, first) in [(PairRole::Leader, 0), (PairRole::Peer, bn / 2)] {
@@ -432,7 +432,7 @@ mod tests {
                         for s in 0..sub {
                             let got = idx.v_copies(sub, s, None);
                             let pages = tile.num_pages();
-                            if pages > 1 && (pages < sub || pages % sub != 0) {
+                            if pages > 1 && (pages < sub || !pages.is_multiple_of(sub)) {
                                 assert!(got.is_err(), "pages {pages} over {sub} slots");
                                 continue;
                             }
