@@ -1,7 +1,10 @@
-//! `cargo xtask setup|test|demo`: the project's bootstrap.
+//! `cargo xtask setup|test|demo|calibrate`: the project's bootstrap.
 //!
-//! Dependency-free on purpose: it must build in seconds on a fresh machine, before LLVM exists.
-//! Every step is idempotent: it checks first and only installs what is missing.
+//! One small dependency (`zip`, to read AMD's AITER wheel) on purpose: it must build in seconds
+//! on a fresh machine, before LLVM exists. Every step is idempotent: it checks first and only
+//! installs what is missing.
+
+mod aiter;
 
 use std::env;
 use std::fs;
@@ -29,9 +32,10 @@ fn main() -> ExitCode {
         Some("setup") => setup(),
         Some("test") => setup().and_then(|()| test(&args[1..])),
         Some("demo") => setup().and_then(|()| demo(&args[1..])),
+        Some("calibrate") => aiter::calibrate(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup|test|demo> [args]\n  setup  install LLVM 22 and the Triton peer when missing\n  test   setup + the whole test suite (extra args go to cargo test)\n  demo   setup + the main job"
+                "usage: cargo xtask <setup|test|demo|calibrate> [args]\n  setup      install LLVM 22 and the Triton peer when missing, fetch the AITER corpus\n  test       setup + the whole test suite (extra args go to cargo test)\n  demo       setup + the main job\n  calibrate  fetch the AITER corpus, fit and judge the time predictors against AMD's MI355X times\n             (--out DIR, default target/calibrate)"
             );
             return ExitCode::from(2);
         }
@@ -94,7 +98,8 @@ fn output(cmd: &mut Command, what: &str) -> Result<String> {
 
 fn setup() -> Result<()> {
     setup_llvm()?;
-    setup_triton()
+    setup_triton()?;
+    aiter::setup_aiter()
 }
 
 fn is_root() -> bool {
@@ -277,6 +282,7 @@ fn cargo() -> Command {
     c.current_dir(root());
     c.env("TILEGEN_FOREIGN_DIR", foreign_dir());
     c.env("TILEGEN_VENV", venv_dir());
+    c.env("TILEGEN_AITER_DIR", aiter::aiter_dir());
     c
 }
 
