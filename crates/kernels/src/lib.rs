@@ -13,6 +13,7 @@ mod compiled;
 pub mod gemm;
 mod launch;
 mod lds;
+pub mod moe;
 pub mod paged;
 pub mod mma;
 mod preb;
