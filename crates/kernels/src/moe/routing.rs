@@ -139,7 +139,7 @@ impl Routing {
         weights: Vec<f32>,
     ) -> Result<Routing, RoutingError> {
         check_sizes(experts, topk)?;
-        if ids.len() % topk != 0 {
+        if !ids.len().is_multiple_of(topk) {
             return Err(RoutingError::Length {
                 what: "ids",
                 got: ids.len(),
@@ -361,7 +361,7 @@ pub fn route(
     } = scoring
     {
         let (g, keep) = (*groups, *keep);
-        if g == 0 || experts % g != 0 || keep == 0 || keep > g || keep * (experts / g) < topk {
+        if g == 0 || !experts.is_multiple_of(g) || keep == 0 || keep > g || keep * (experts / g) < topk {
             return Err(RoutingError::BadGroups {
                 groups: g,
                 keep,
