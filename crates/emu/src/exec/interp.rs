@@ -36,6 +36,54 @@ pub struct Env<'a> {
     /// `stats` by [`fold_counts`]. Counting by index keeps the per-instruction cost to one
     /// increment instead of a map lookup by mnemonic.
     pub counts: &'a mut [u64],
+    /// What a timing model wants to learn from each instruction (`None` when no model is
+    /// attached: the executor then pays one untaken branch per memory instruction).
+    pub probe: Option<&'a mut Probe>,
+}
+
+/// The executor's reports to an attached timing model, and the model's one request.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// Leave MFMA accumulators untouched instead of computing them (the matrix arithmetic
+    /// is most of an emulated GEMM's cost and never decides an address or a branch of the
+    /// kernels timed; every other effect of the instruction, counters included, stays).
+    pub skip_mfma_math: bool,
+    /// The global-memory lanes of the last vector-memory instruction.
+    pub vmem: VmemProbe,
+}
+
+/// Where a vector-memory instruction went, lane by lane (written by every MUBUF, FLAT,
+/// GLOBAL and SCRATCH instruction while a [`Probe`] is attached).
+#[derive(Clone, Debug)]
+pub struct VmemProbe {
+    /// Set by the instruction; the model clears it before the next one.
+    pub valid: bool,
+    /// Global (device) address of each lane in `global`.
+    pub addr: [u64; 64],
+    /// Lanes that access global memory.
+    pub global: u64,
+    /// Lanes that access private (scratch) or LDS memory through the flat apertures.
+    pub other: u64,
+    /// Bytes each lane moves.
+    pub bytes: u32,
+    /// A load straight into LDS (`buffer_load ... lds`, `global_load_lds_*`).
+    pub to_lds: bool,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            skip_mfma_math: false,
+            vmem: VmemProbe {
+                valid: false,
+                addr: [0; 64],
+                global: 0,
+                other: 0,
+                bytes: 0,
+                to_lds: false,
+            },
+        }
+    }
 }
 
 /// Adds the per-instruction counts into `stats` (by class and mnemonic) and zeroes them.

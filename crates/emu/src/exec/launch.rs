@@ -126,144 +126,241 @@ impl Emulator {
         kernarg: &[u8],
         dynamic_lds: u32,
     ) -> Result<Stats, Fault> {
-        let launch_fault = |kind: FaultKind| Fault {
-            kernel: prog.name().to_string(),
-            workgroup: [0; 3],
-            wave: 0,
-            pc: prog.entry(),
-            inst: String::new(),
-            kind: Box::new(kind),
-        };
-        let invalid = |msg: String| launch_fault(FaultKind::Launch(msg));
-        let setup = prog.setup();
-        let kd = &setup.descriptor;
-        let threads = block.iter().map(|&b| b as u64).product::<u64>();
-        if grid.contains(&0) || block.contains(&0) {
-            return Err(invalid(format!("empty grid {grid:?} or block {block:?}")));
-        }
-        if threads > 1024 {
-            return Err(invalid(format!(
-                "{threads} work-items per workgroup (at most 1024)"
-            )));
-        }
-        let lds_bytes = kd.group_segment_fixed_size as u64 + dynamic_lds as u64;
-        if lds_bytes > LDS_MAX as u64 {
-            return Err(invalid(format!(
-                "{lds_bytes} bytes of LDS (at most {LDS_MAX})"
-            )));
-        }
-        if kd.enable_wavefront_size32() {
-            return Err(invalid("wave32 kernel (gfx950 runs wave64 only)".into()));
-        }
         let limits = self.config.limits.clone();
-        limits
-            .check_grid(grid, block)
-            .map_err(|e| launch_fault(e.into()))?;
-        // `check_grid` compared the product with a u64 limit, so it fits in a u64.
-        let total = grid.iter().map(|&g| g as u64).product::<u64>();
-        let waves_per_wg = threads.div_ceil(64);
-
-        // Kernarg segment, dispatch packet and queue live in device memory for the launch;
-        // every allocation is checked against the memory limit first.
-        let karg_len = (kernarg.len() as u64).max(kd.kernarg_size as u64).max(4);
         let single_threaded = self.config.single_threaded;
-        self.memory.set_limit(limits.max_memory);
-        let memory = &mut self.memory;
-        let alloc_fault = |e: super::memory::AllocError| match e {
-            super::memory::AllocError::Limit(l) => launch_fault(l.into()),
-            e => invalid(format!("allocating launch state: {e}")),
-        };
-        let kernarg_addr = memory.alloc(karg_len).map_err(alloc_fault)?;
-        let mut allocated = vec![kernarg_addr];
-        let release = |m: &mut DeviceMemory, addrs: &[u64]| {
-            for &a in addrs {
-                let _ = m.free(a);
-            }
-        };
-        let mut packet = [0u8; DISPATCH_PACKET_BYTES];
-        let dims = if block[2] > 1 || grid[2] > 1 {
-            3u16
-        } else if block[1] > 1 || grid[1] > 1 {
-            2
-        } else {
-            1
-        };
-        packet[2..4].copy_from_slice(&dims.to_le_bytes());
-        for d in 0..3 {
-            packet[4 + 2 * d..6 + 2 * d].copy_from_slice(&(block[d] as u16).to_le_bytes());
-            packet[12 + 4 * d..16 + 4 * d]
-                .copy_from_slice(&grid[d].wrapping_mul(block[d]).to_le_bytes());
-        }
-        packet[24..28].copy_from_slice(&kd.private_segment_fixed_size.to_le_bytes());
-        packet[28..32].copy_from_slice(&(lds_bytes as u32).to_le_bytes());
-        packet[40..48].copy_from_slice(&kernarg_addr.to_le_bytes());
-        let prepared = (|| -> Result<(u64, u64), Fault> {
-            memory
-                .write(kernarg_addr, kernarg)
-                .map_err(|e| invalid(format!("writing the kernarg segment: {e}")))?;
-            let dispatch_ptr = memory.upload(&packet).map_err(alloc_fault)?;
-            allocated.push(dispatch_ptr);
-            let queue_ptr = memory
-                .upload(&[0u8; QUEUE_BYTES as usize])
-                .map_err(alloc_fault)?;
-            allocated.push(queue_ptr);
-            // What the host threads hold while workgroups run: each thread keeps the register
-            // files and scratch of one workgroup's waves, its LDS and per-instruction counters.
-            let in_flight = if single_threaded {
+        self.dispatch_id += 1;
+        // What the host threads hold while workgroups run: each thread keeps the register
+        // files and scratch of one workgroup's waves, its LDS and per-instruction counters.
+        let in_flight = |total: u64| {
+            if single_threaded {
                 1
             } else {
                 (rayon::current_num_threads() as u64).clamp(1, total)
-            };
-            let scratch = Scratch::bytes_per_wave(kd.private_segment_fixed_size);
-            let lds_host = lds_bytes.div_ceil(LDS_GRANULE as u64) * LDS_GRANULE as u64;
-            let per_thread = WAVE_REGISTER_BYTES
-                .checked_add(scratch)
-                .and_then(|w| w.checked_mul(waves_per_wg))
-                .and_then(|w| w.checked_add(lds_host))
-                .and_then(|w| w.checked_add(8 * prog.instruction_count() as u64))
-                .and_then(|w| w.checked_mul(in_flight));
-            let what = format!(
-                "the registers, scratch and LDS of {in_flight} workgroup(s) in flight ({waves_per_wg} wave(s) each, {} scratch bytes per work-item)",
-                kd.private_segment_fixed_size
-            );
-            let working = per_thread
-                .ok_or_else(|| launch_fault(LimitError::Overflow { what: what.clone() }.into()))?;
-            memory
-                .check_available(&what, working)
-                .map_err(|e| launch_fault(e.into()))?;
-            Ok((dispatch_ptr, queue_ptr))
-        })();
-        let (dispatch_ptr, queue_ptr) = match prepared {
-            Ok(p) => p,
-            Err(f) => {
-                release(memory, &allocated);
-                return Err(f);
             }
         };
-        self.dispatch_id += 1;
-        let dispatch = DispatchState {
-            kernarg_addr,
-            dispatch_ptr,
-            queue_ptr,
-            dispatch_id: self.dispatch_id,
-            // The host copy serves kernarg preloading; bytes past it read as the zero padding.
-            kernarg: kernarg.to_vec(),
-            block,
-            grid,
-        };
+        let prepared = prepare_launch(
+            &mut self.memory,
+            &limits,
+            prog,
+            LaunchShape {
+                grid,
+                block,
+                kernarg,
+                dynamic_lds,
+            },
+            self.dispatch_id,
+            in_flight,
+        )?;
         let result = run_grid(
             prog,
             &self.memory,
             &self.config,
-            setup,
-            &dispatch,
-            total,
-            waves_per_wg as u32,
-            lds_bytes as u32,
+            prog.setup(),
+            &prepared.dispatch,
+            prepared.total,
+            prepared.waves_per_wg,
+            prepared.lds_bytes,
         );
-        release(&mut self.memory, &allocated);
+        prepared.release(&mut self.memory);
         result
     }
+}
+
+/// What a launch asks for: the grid, the workgroup size, kernel arguments and dynamic LDS.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaunchShape<'a> {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub kernarg: &'a [u8],
+    pub dynamic_lds: u32,
+}
+
+/// A checked launch with its kernarg segment, dispatch packet and queue in device memory.
+pub(crate) struct PreparedLaunch {
+    /// What every wave starts from.
+    pub dispatch: DispatchState,
+    /// Workgroups in the grid.
+    pub total: u64,
+    /// Waves per workgroup.
+    pub waves_per_wg: u32,
+    /// LDS bytes per workgroup (static plus dynamic).
+    pub lds_bytes: u32,
+    allocated: Vec<u64>,
+}
+
+impl PreparedLaunch {
+    /// Frees the launch-time allocations.
+    pub fn release(self, memory: &mut DeviceMemory) {
+        for &a in &self.allocated {
+            let _ = memory.free(a);
+        }
+    }
+}
+
+/// Checks a launch against `limits` and sets up its device-side state (kernarg segment,
+/// dispatch packet, queue); `in_flight(total)` is how many workgroups the caller will hold at
+/// once, whose registers, scratch and LDS are checked against the memory limit. The one home
+/// of launch setup, shared by [`Emulator::launch`] and the timing model.
+pub(crate) fn prepare_launch(
+    memory: &mut DeviceMemory,
+    limits: &Limits,
+    prog: &Program,
+    shape: LaunchShape<'_>,
+    dispatch_id: u64,
+    in_flight: impl FnOnce(u64) -> u64,
+) -> Result<PreparedLaunch, Fault> {
+    let LaunchShape {
+        grid,
+        block,
+        kernarg,
+        dynamic_lds,
+    } = shape;
+    let launch_fault = |kind: FaultKind| Fault {
+        kernel: prog.name().to_string(),
+        workgroup: [0; 3],
+        wave: 0,
+        pc: prog.entry(),
+        inst: String::new(),
+        kind: Box::new(kind),
+    };
+    let invalid = |msg: String| launch_fault(FaultKind::Launch(msg));
+    let setup = prog.setup();
+    let kd = &setup.descriptor;
+    let threads = block.iter().map(|&b| b as u64).product::<u64>();
+    if grid.contains(&0) || block.contains(&0) {
+        return Err(invalid(format!("empty grid {grid:?} or block {block:?}")));
+    }
+    if threads > 1024 {
+        return Err(invalid(format!(
+            "{threads} work-items per workgroup (at most 1024)"
+        )));
+    }
+    let lds_bytes = kd.group_segment_fixed_size as u64 + dynamic_lds as u64;
+    if lds_bytes > LDS_MAX as u64 {
+        return Err(invalid(format!(
+            "{lds_bytes} bytes of LDS (at most {LDS_MAX})"
+        )));
+    }
+    if kd.enable_wavefront_size32() {
+        return Err(invalid("wave32 kernel (gfx950 runs wave64 only)".into()));
+    }
+    limits
+        .check_grid(grid, block)
+        .map_err(|e| launch_fault(e.into()))?;
+    // `check_grid` compared the product with a u64 limit, so it fits in a u64.
+    let total = grid.iter().map(|&g| g as u64).product::<u64>();
+    let waves_per_wg = threads.div_ceil(64);
+
+    // Kernarg segment, dispatch packet and queue live in device memory for the launch;
+    // every allocation is checked against the memory limit first.
+    let karg_len = (kernarg.len() as u64).max(kd.kernarg_size as u64).max(4);
+    memory.set_limit(limits.max_memory);
+    let alloc_fault = |e: super::memory::AllocError| match e {
+        super::memory::AllocError::Limit(l) => launch_fault(l.into()),
+        e => invalid(format!("allocating launch state: {e}")),
+    };
+    let kernarg_addr = memory.alloc(karg_len).map_err(alloc_fault)?;
+    let mut allocated = vec![kernarg_addr];
+    let mut packet = [0u8; DISPATCH_PACKET_BYTES];
+    let dims = if block[2] > 1 || grid[2] > 1 {
+        3u16
+    } else if block[1] > 1 || grid[1] > 1 {
+        2
+    } else {
+        1
+    };
+    packet[2..4].copy_from_slice(&dims.to_le_bytes());
+    for d in 0..3 {
+        packet[4 + 2 * d..6 + 2 * d].copy_from_slice(&(block[d] as u16).to_le_bytes());
+        packet[12 + 4 * d..16 + 4 * d]
+            .copy_from_slice(&grid[d].wrapping_mul(block[d]).to_le_bytes());
+    }
+    packet[24..28].copy_from_slice(&kd.private_segment_fixed_size.to_le_bytes());
+    packet[28..32].copy_from_slice(&(lds_bytes as u32).to_le_bytes());
+    packet[40..48].copy_from_slice(&kernarg_addr.to_le_bytes());
+    let prepared = (|| -> Result<(u64, u64), Fault> {
+        memory
+            .write(kernarg_addr, kernarg)
+            .map_err(|e| invalid(format!("writing the kernarg segment: {e}")))?;
+        let dispatch_ptr = memory.upload(&packet).map_err(alloc_fault)?;
+        allocated.push(dispatch_ptr);
+        let queue_ptr = memory
+            .upload(&[0u8; QUEUE_BYTES as usize])
+            .map_err(alloc_fault)?;
+        allocated.push(queue_ptr);
+        let in_flight = in_flight(total);
+        let scratch = Scratch::bytes_per_wave(kd.private_segment_fixed_size);
+        let lds_host = lds_bytes.div_ceil(LDS_GRANULE as u64) * LDS_GRANULE as u64;
+        let per_thread = WAVE_REGISTER_BYTES
+            .checked_add(scratch)
+            .and_then(|w| w.checked_mul(waves_per_wg))
+            .and_then(|w| w.checked_add(lds_host))
+            .and_then(|w| w.checked_add(8 * prog.instruction_count() as u64))
+            .and_then(|w| w.checked_mul(in_flight));
+        let what = format!(
+            "the registers, scratch and LDS of {in_flight} workgroup(s) in flight ({waves_per_wg} wave(s) each, {} scratch bytes per work-item)",
+            kd.private_segment_fixed_size
+        );
+        let working = per_thread
+            .ok_or_else(|| launch_fault(LimitError::Overflow { what: what.clone() }.into()))?;
+        memory
+            .check_available(&what, working)
+            .map_err(|e| launch_fault(e.into()))?;
+        Ok((dispatch_ptr, queue_ptr))
+    })();
+    let (dispatch_ptr, queue_ptr) = match prepared {
+        Ok(p) => p,
+        Err(f) => {
+            for &a in &allocated {
+                let _ = memory.free(a);
+            }
+            return Err(f);
+        }
+    };
+    let dispatch = DispatchState {
+        kernarg_addr,
+        dispatch_ptr,
+        queue_ptr,
+        dispatch_id,
+        // The host copy serves kernarg preloading; bytes past it read as the zero padding.
+        kernarg: kernarg.to_vec(),
+        block,
+        grid,
+    };
+    Ok(PreparedLaunch {
+        dispatch,
+        total,
+        waves_per_wg: waves_per_wg as u32,
+        lds_bytes: lds_bytes as u32,
+        allocated,
+    })
+}
+
+/// The workgroup id of linear workgroup `index` (x fastest).
+pub(crate) fn workgroup_id(grid: [u32; 3], index: u64) -> [u32; 3] {
+    [
+        (index % grid[0] as u64) as u32,
+        ((index / grid[0] as u64) % grid[1] as u64) as u32,
+        (index / (grid[0] as u64 * grid[1] as u64)) as u32,
+    ]
+}
+
+/// Resets `waves` and sets their launch state for workgroup `wg`; on failure, the index of
+/// the wave and the fault.
+pub(crate) fn init_workgroup_waves(
+    prog: &Program,
+    d: &DispatchState,
+    wg: [u32; 3],
+    waves: &mut [Wave],
+) -> Result<(), (u32, FaultKind)> {
+    let setup = prog.setup();
+    let n = waves.len() as u32;
+    for (k, w) in waves.iter_mut().enumerate() {
+        w.reset(k as u32, setup.descriptor.private_segment_fixed_size)
+            .map_err(|e| (k as u32, e.into()))?;
+        w.pc = init_wave(setup, d, wg, k as u32, n, prog.entry(), w).map_err(|e| (k as u32, e))?;
+    }
+    Ok(())
 }
 
 /// How one workgroup ended.
@@ -337,13 +434,7 @@ fn run_grid(
     let budget =
         Budget::new(config.limits.wave_instruction_budget).with_cancel(control.cancel_flag());
     control.start(total);
-    let wg_of = |index: u64| {
-        [
-            (index % d.grid[0] as u64) as u32,
-            ((index / d.grid[0] as u64) % d.grid[1] as u64) as u32,
-            (index / (d.grid[0] as u64 * d.grid[1] as u64)) as u32,
-        ]
-    };
+    let wg_of = |index: u64| workgroup_id(d.grid, index);
     let run = |index: u64, cache: &mut ThreadCache| -> Ended {
         if budget.stop(index).is_some() {
             return Ended::Skipped;
@@ -454,12 +545,7 @@ fn run_workgroup(
     // A faulted workgroup leaves its counts behind; start from zero.
     counts.clear();
     counts.resize(prog.instruction_count(), 0);
-    for (k, w) in waves.iter_mut().enumerate() {
-        w.reset(k as u32, setup.descriptor.private_segment_fixed_size)
-            .map_err(|e| fault(k as u32, prog.entry(), e.into()))?;
-        w.pc = init_wave(setup, d, wg, k as u32, n_waves, prog.entry(), w)
-            .map_err(|e| fault(k as u32, prog.entry(), e))?;
-    }
+    init_workgroup_waves(prog, d, wg, waves).map_err(|(k, e)| fault(k, prog.entry(), e))?;
     let mut lds = Lds::new(lds_bytes)
         .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
     let mut stats = Stats {
@@ -472,6 +558,7 @@ fn run_workgroup(
         mem,
         stats: &mut stats,
         counts,
+        probe: None,
     };
     sched::run_workgroup(waves, &mut lds, budget, index, |w, lds| {
         interp::step(&mut env, w, lds)

@@ -102,6 +102,12 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<(), FaultKind> 
             let mask = w.exec();
             write_v32(w, i.dst(), 0, mask, &v)
         }
+        _ if env.probe.as_ref().is_some_and(|p| p.skip_mfma_math) => {
+            // A timing model asked for the control flow only: the accumulators keep their
+            // values (see `interp::Probe`).
+            env.stats.mfma += 1;
+            Ok(())
+        }
         V_MFMA_F32_16X16X128_F8F6F4
         | V_MFMA_F32_32X32X64_F8F6F4
         | V_MFMA_SCALE_F32_16X16X128_F8F6F4

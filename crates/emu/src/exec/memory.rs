@@ -10,7 +10,7 @@
 //! the host reads results.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use super::limits::{LimitError, default_max_memory};
 
@@ -113,7 +113,101 @@ pub enum AllocError {
 struct Allocation {
     base: u64,
     size: u64,
-    words: Box<[AtomicU64]>,
+    words: Storage,
+}
+
+/// Words per page of a lazily zeroed allocation (64 KiB pages).
+const LAZY_PAGE_WORDS: usize = 8192;
+
+/// The bytes of an allocation: materialized up front, or page by page on first write.
+enum Storage {
+    Dense(Box<[AtomicU64]>),
+    Lazy(LazyWords),
+}
+
+/// Pages of `LAZY_PAGE_WORDS` words that exist only once written; a null page reads as zero.
+/// A page is installed with a compare-exchange, so racing first writers agree on one page.
+struct LazyWords {
+    pages: Box<[AtomicPtr<AtomicU64>]>,
+    /// Host bytes of the pages materialized so far.
+    materialized: AtomicU64,
+}
+
+impl LazyWords {
+    fn page(&self, i: usize) -> Option<&[AtomicU64]> {
+        let p = self.pages[i].load(Ordering::Acquire);
+        // SAFETY: a non-null page pointer comes from `Box::into_raw` of a boxed slice of
+        // exactly LAZY_PAGE_WORDS words and is freed only when `self` drops.
+        (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, LAZY_PAGE_WORDS) })
+    }
+
+    fn page_or_make(&self, i: usize) -> &[AtomicU64] {
+        if let Some(p) = self.page(i) {
+            return p;
+        }
+        let fresh: Box<[AtomicU64]> = (0..LAZY_PAGE_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let raw = Box::into_raw(fresh) as *mut AtomicU64;
+        match self.pages[i].compare_exchange(
+            std::ptr::null_mut(),
+            raw,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                self.materialized
+                    .fetch_add(8 * LAZY_PAGE_WORDS as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                // Another writer installed the page first: free ours.
+                // SAFETY: `raw` came from Box::into_raw just above and was never shared.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, LAZY_PAGE_WORDS))
+                });
+            }
+        }
+        self.page(i).unwrap_or(&[])
+    }
+}
+
+impl Drop for LazyWords {
+    fn drop(&mut self) {
+        for p in self.pages.iter() {
+            let raw = p.load(Ordering::Acquire);
+            if !raw.is_null() {
+                // SAFETY: see `page`; each page is freed once, here.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, LAZY_PAGE_WORDS))
+                });
+            }
+        }
+    }
+}
+
+impl Storage {
+    /// Word `i` for reading (`None`: an untouched lazy page, which reads as zero).
+    #[inline]
+    fn get(&self, i: usize) -> Option<&AtomicU64> {
+        match self {
+            Storage::Dense(w) => Some(&w[i]),
+            Storage::Lazy(l) => l.page(i / LAZY_PAGE_WORDS).map(|p| &p[i % LAZY_PAGE_WORDS]),
+        }
+    }
+
+    /// Word `i` for writing (materializing its page).
+    #[inline]
+    fn get_mut(&self, i: usize) -> &AtomicU64 {
+        match self {
+            Storage::Dense(w) => &w[i],
+            Storage::Lazy(l) => &l.page_or_make(i / LAZY_PAGE_WORDS)[i % LAZY_PAGE_WORDS],
+        }
+    }
+
+    fn materialized(&self) -> u64 {
+        match self {
+            Storage::Dense(w) => 8 * w.len() as u64,
+            Storage::Lazy(l) => l.materialized.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The global heap. Host code allocates and copies with `&mut self`/`&self`; kernels read and
@@ -199,15 +293,40 @@ impl DeviceMemory {
 
     /// Allocates `size` zeroed bytes whose base is a multiple of `align` (at least a page).
     pub fn alloc_aligned(&mut self, size: u64, align: u64) -> Result<u64, AllocError> {
+        self.alloc_with(size, align, false)
+    }
+
+    /// Allocates `size` bytes that read as zero without taking host memory for them: pages
+    /// (64 KiB) materialize on first write and reads of untouched pages return zero. Only the
+    /// page table (8 bytes per page) counts against the limit at allocation; the pages that
+    /// kernels write later are not limited (see [`DeviceMemory::materialized_bytes`]). Made
+    /// for full-size launches that only a few workgroups touch (the timing model's
+    /// `zero:BYTES` buffers).
+    pub fn alloc_lazy(&mut self, size: u64) -> Result<u64, AllocError> {
+        self.alloc_with(size, PAGE, true)
+    }
+
+    /// Host bytes the allocations hold now (lazy pages counted as they materialize).
+    pub fn materialized_bytes(&self) -> u64 {
+        self.allocs.iter().map(|a| a.words.materialized()).sum()
+    }
+
+    fn alloc_with(&mut self, size: u64, align: u64, lazy: bool) -> Result<u64, AllocError> {
         if size == 0 {
             return Err(AllocError::ZeroSize);
         }
         if !align.is_power_of_two() {
             return Err(AllocError::BadAlignment(align));
         }
+        let n_words = size.div_ceil(8);
+        let n_pages = n_words.div_ceil(LAZY_PAGE_WORDS as u64);
         // Checked against the limit first: an absurd size is reported as over the limit (which
         // says how to raise it) rather than as not fitting the address space.
-        let host_bytes = size.div_ceil(8).saturating_mul(8);
+        let host_bytes = if lazy {
+            n_pages.saturating_mul(8)
+        } else {
+            n_words.saturating_mul(8)
+        };
         let what = || "the allocation".to_string();
         self.check_available(&what(), host_bytes)?;
         let align = align.max(PAGE);
@@ -220,15 +339,26 @@ impl DeviceMemory {
         if end >= SHARED_APERTURE {
             return Err(AllocError::TooLarge(size));
         }
-        let n_words = usize::try_from(size.div_ceil(8)).map_err(|_| AllocError::TooLarge(size))?;
-        let mut words = Vec::new();
-        words
-            .try_reserve_exact(n_words)
-            .map_err(|_| LimitError::HostMemory {
-                what: format!("an allocation of {size} bytes"),
-                requested: host_bytes,
-            })?;
-        words.extend((0..n_words).map(|_| AtomicU64::new(0)));
+        let host_refused = || LimitError::HostMemory {
+            what: format!("an allocation of {size} bytes"),
+            requested: host_bytes,
+        };
+        let words = if lazy {
+            let n = usize::try_from(n_pages).map_err(|_| AllocError::TooLarge(size))?;
+            let mut pages = Vec::new();
+            pages.try_reserve_exact(n).map_err(|_| host_refused())?;
+            pages.extend((0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())));
+            Storage::Lazy(LazyWords {
+                pages: pages.into_boxed_slice(),
+                materialized: AtomicU64::new(0),
+            })
+        } else {
+            let n = usize::try_from(n_words).map_err(|_| AllocError::TooLarge(size))?;
+            let mut words = Vec::new();
+            words.try_reserve_exact(n).map_err(|_| host_refused())?;
+            words.extend((0..n).map(|_| AtomicU64::new(0)));
+            Storage::Dense(words.into_boxed_slice())
+        };
         let next_base = end
             .checked_add(GUARD)
             .and_then(|e| e.checked_next_multiple_of(PAGE))
@@ -236,11 +366,7 @@ impl DeviceMemory {
         self.next_base = next_base;
         self.in_use += host_bytes;
         // Bases only grow, so pushing keeps the list sorted.
-        self.allocs.push(Allocation {
-            base,
-            size,
-            words: words.into_boxed_slice(),
-        });
+        self.allocs.push(Allocation { base, size, words });
         Ok(base)
     }
 
@@ -260,7 +386,10 @@ impl DeviceMemory {
             .binary_search_by_key(&base, |a| a.base)
             .map_err(|_| AllocError::NotAllocated(base))?;
         let a = self.allocs.remove(idx);
-        self.in_use -= a.size.div_ceil(8) * 8;
+        self.in_use -= match a.words {
+            Storage::Dense(_) => a.size.div_ceil(8) * 8,
+            Storage::Lazy(_) => a.size.div_ceil(8).div_ceil(LAZY_PAGE_WORDS as u64) * 8,
+        };
         Ok(())
     }
 
@@ -315,8 +444,10 @@ impl DeviceMemory {
         let mut off = addr - a.base;
         let mut done = 0;
         while done < buf.len() {
-            let word = a.words[(off / 8) as usize]
-                .load(Ordering::Relaxed)
+            let word = a
+                .words
+                .get((off / 8) as usize)
+                .map_or(0, |w| w.load(Ordering::Relaxed))
                 .to_le_bytes();
             let start = (off % 8) as usize;
             let n = (8 - start).min(buf.len() - done);
@@ -338,7 +469,7 @@ impl DeviceMemory {
         while done < data.len() {
             let start = (off % 8) as usize;
             let n = (8 - start).min(data.len() - done);
-            let slot = &a.words[(off / 8) as usize];
+            let slot = a.words.get_mut((off / 8) as usize);
             if n == 8 {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&data[done..done + 8]);
@@ -399,7 +530,7 @@ impl DeviceMemory {
         }
         let off = addr - a.base;
         let shift = 8 * (off % 8) as u32;
-        let slot = &a.words[(off / 8) as usize];
+        let slot = a.words.get_mut((off / 8) as usize);
         let mut old32 = 0;
         let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
             old32 = (w >> shift) as u32;
@@ -420,7 +551,7 @@ impl DeviceMemory {
                 nearest: Some((a.base, a.size)),
             });
         }
-        let slot = &a.words[((addr - a.base) / 8) as usize];
+        let slot = a.words.get_mut(((addr - a.base) / 8) as usize);
         let old = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| Some(f(w)));
         // fetch_update only fails if the closure returns None, which it never does.
         Ok(old.unwrap_or_else(|w| w))
@@ -757,6 +888,32 @@ mod tests {
         let e = s.write(3, 13, &[0; 4]).unwrap_err();
         assert_eq!(e.offset, 13);
         assert!(s.read(64, 0, &mut b).is_err());
+    }
+
+    #[test]
+    fn lazy_allocations_read_zero_and_materialize_written_pages() {
+        let mut m = DeviceMemory::with_limit(1 << 20);
+        // 64 GiB of address space for a page table of 8 MiB... too much for a 1 MiB limit.
+        assert!(m.alloc_lazy(64 << 30).is_err());
+        let a = m.alloc_lazy(1 << 30).unwrap();
+        assert_eq!(m.in_use(), 8 * (1 << 30) / (8 * LAZY_PAGE_WORDS as u64));
+        assert_eq!(m.read_u64(a + (1 << 29)).unwrap(), 0);
+        assert_eq!(m.materialized_bytes(), 0);
+        m.write_u32(a + (1 << 29) + 4, 0x1234_5678).unwrap();
+        m.atomic_u32(a + 8, |x| x + 5).unwrap();
+        assert_eq!(m.read_u32(a + (1 << 29) + 4).unwrap(), 0x1234_5678);
+        assert_eq!(m.read_u32(a + 8).unwrap(), 5);
+        assert_eq!(m.materialized_bytes(), 2 * 8 * LAZY_PAGE_WORDS as u64);
+        // Unaligned reads across a page edge mix a written page and an untouched one.
+        let edge = a + 8 * LAZY_PAGE_WORDS as u64;
+        m.write(edge - 2, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(
+            m.read_vec(edge - 4, 8).unwrap(),
+            vec![0, 0, 1, 2, 3, 4, 0, 0]
+        );
+        assert!(m.read_u32(a + (1 << 30)).is_err(), "still range checked");
+        m.free(a).unwrap();
+        assert_eq!(m.in_use(), 0);
     }
 
     #[test]

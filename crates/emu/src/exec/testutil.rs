@@ -57,6 +57,7 @@ impl Harness {
             mem: &self.mem,
             stats: &mut self.stats,
             counts: &mut self.counts,
+            probe: None,
         };
         let r = interp::step(&mut env, &mut self.w, &mut self.lds);
         interp::fold_counts(&self.prog, &mut self.counts, &mut self.stats);

@@ -299,6 +299,33 @@ fn flat_target(addr: u64) -> Target {
     }
 }
 
+/// Reports the lanes' targets to an attached timing model.
+fn probe_targets(
+    p: &mut super::interp::VmemProbe,
+    exec: u64,
+    targets: &[Target; 64],
+    in_range: &[u32; 64],
+    elem: u32,
+    to_lds: bool,
+) {
+    p.valid = true;
+    p.global = 0;
+    p.other = 0;
+    p.to_lds = to_lds;
+    p.bytes = 0;
+    for l in (0..64).filter(|&l| exec >> l & 1 != 0) {
+        match targets[l] {
+            Target::Global(a) => {
+                p.global |= 1 << l;
+                p.addr[l] = a;
+                p.bytes = p.bytes.max(elem * in_range[l]);
+            }
+            Target::Lds(_) | Target::Private(_) => p.other |= 1 << l,
+            Target::Dropped => {}
+        }
+    }
+}
+
 /// Executes a vector-memory instruction.
 pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<(), FaultKind> {
     let mut k = kind(i.op)
@@ -449,6 +476,16 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<
         _ => return Err(unimpl(i, "typed buffer (MTBUF) access")),
     }
 
+    if let Some(p) = env.probe.as_deref_mut() {
+        probe_targets(
+            &mut p.vmem,
+            exec,
+            &targets,
+            &in_range,
+            size,
+            matches!(k, Kind::LoadLds { .. }),
+        );
+    }
     match k {
         Kind::Load { size, n, ext } => {
             let mut data: Data = [[0; 4]; 64];

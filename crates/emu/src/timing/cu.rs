@@ -1,0 +1,1030 @@
+//! One compute unit: its SIMDs, the waves resident on them, the issue arbiter and the pipes.
+//!
+//! Every `slot_cycles` clocks the sequencer serves one SIMD (SIMD `s` at clocks `t` with
+//! `t % slot == s`). In that slot it looks at the SIMD's waves oldest first (a higher
+//! `s_setprio` first) and issues at most one instruction per wave and per category
+//! (VALU/MFMA, VMEM, SALU/SMEM, LDS, branch/message; waitcnt, nop, setprio, sleep and barrier
+//! are the sequencer's own). A wave can issue when its previous instruction's slot has
+//! passed, the registers it reads are ready (per-register ready times: VALU latency, MFMA
+//! passes plus the hazard wait states, SALU latency), its `s_waitcnt` is satisfied by the
+//! modelled completion times of its outstanding memory operations, and the pipe it needs is
+//! free (VALU and matrix core per SIMD, one LDS port per SIMD pair, the CU's texture
+//! addresser). An issued instruction executes at once, functionally, through
+//! `exec::interp::step`, so addresses, branches and EXEC are the real ones.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::exec::fault::{Fault, FaultKind};
+use crate::exec::interp::{self, Env, Probe};
+use crate::exec::memory::{DeviceMemory, Lds};
+use crate::exec::program::Program;
+use crate::exec::sched::Step;
+use crate::exec::stats::Stats;
+use crate::exec::wave::Wave;
+
+use super::TimingError;
+use super::inst::{CATEGORIES, InstInfo, REGS, ReadKind, Special, Unit};
+use super::mem::{Access, MemSystem};
+use super::params::Params;
+use super::trace::TraceBuf;
+
+/// Why a SIMD issue slot issued nothing (or that it issued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Something issued.
+    Issued,
+    /// A source register is not ready (VALU/SALU latency).
+    Dependency,
+    /// A source register is an MFMA result still in the hazard window.
+    MfmaHazard,
+    /// `s_waitcnt vmcnt` (or a full vmcnt counter).
+    WaitcntVm,
+    /// `s_waitcnt lgkmcnt` (or a full lgkmcnt counter).
+    WaitcntLgkm,
+    /// Waiting at `s_barrier`.
+    Barrier,
+    /// Another wave took the instruction's category in this slot.
+    IssueConflict,
+    /// The unit (VALU, matrix core, LDS port, texture addresser) is busy.
+    PipeBusy,
+    /// `s_sleep`.
+    Sleep,
+    /// `s_nop` wait states.
+    Nop,
+    /// Branch redirect.
+    Branch,
+    /// No wave resident (or all done).
+    Idle,
+}
+
+/// Number of [`Reason`]s.
+pub(crate) const REASONS: usize = 12;
+
+/// Cycles by reason of one SIMD (each issue slot counts `slot_cycles`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StallBreakdown {
+    /// Slots that issued.
+    pub issued: u64,
+    /// Source register not ready.
+    pub dependency: u64,
+    /// MFMA result hazard.
+    pub mfma_hazard: u64,
+    /// `s_waitcnt vmcnt`.
+    pub waitcnt_vm: u64,
+    /// `s_waitcnt lgkmcnt`.
+    pub waitcnt_lgkm: u64,
+    /// `s_barrier`.
+    pub barrier: u64,
+    /// Category taken by another wave.
+    pub issue_conflict: u64,
+    /// Unit busy.
+    pub pipe_busy: u64,
+    /// `s_sleep`.
+    pub sleep: u64,
+    /// `s_nop`.
+    pub nop: u64,
+    /// Branch redirect.
+    pub branch: u64,
+    /// Nothing resident.
+    pub idle: u64,
+}
+
+impl StallBreakdown {
+    pub(crate) fn from_array(a: &[u64; REASONS]) -> StallBreakdown {
+        StallBreakdown {
+            issued: a[Reason::Issued as usize],
+            dependency: a[Reason::Dependency as usize],
+            mfma_hazard: a[Reason::MfmaHazard as usize],
+            waitcnt_vm: a[Reason::WaitcntVm as usize],
+            waitcnt_lgkm: a[Reason::WaitcntLgkm as usize],
+            barrier: a[Reason::Barrier as usize],
+            issue_conflict: a[Reason::IssueConflict as usize],
+            pipe_busy: a[Reason::PipeBusy as usize],
+            sleep: a[Reason::Sleep as usize],
+            nop: a[Reason::Nop as usize],
+            branch: a[Reason::Branch as usize],
+            idle: a[Reason::Idle as usize],
+        }
+    }
+
+    /// All cycles.
+    pub fn total(&self) -> u64 {
+        self.issued
+            + self.dependency
+            + self.mfma_hazard
+            + self.waitcnt_vm
+            + self.waitcnt_lgkm
+            + self.barrier
+            + self.issue_conflict
+            + self.pipe_busy
+            + self.sleep
+            + self.nop
+            + self.branch
+            + self.idle
+    }
+}
+
+/// Parameters in the units the issue loop uses.
+#[derive(Clone, Debug)]
+pub(crate) struct Knobs {
+    pub slot: u64,
+    pub simds: usize,
+    pub valu_latency: u64,
+    pub valu_to_mfma: u64,
+    pub mfma_extra_ws: u64,
+    pub srcc_ws: u64,
+    pub salu_latency: u64,
+    pub smem_latency: u64,
+    pub lds_latency: u64,
+    pub lds_read_bpc: f64,
+    pub lds_write_bpc: f64,
+    pub lds_pass_bytes: u64,
+    pub lds_queue: u64,
+    pub vmem_bpc: f64,
+    pub vmem_min: u64,
+    pub vmem_queue: u64,
+    pub l1_latency: u64,
+    pub max_vm: usize,
+    pub max_lgkm: usize,
+    pub branch_taken: u64,
+    pub branch_not_taken: u64,
+    pub barrier_latency: u64,
+    pub sleep_unit: u64,
+    pub dispatch: u64,
+}
+
+impl Knobs {
+    pub(crate) fn new(p: &Params) -> Knobs {
+        let slot = p.issue.slot_cycles.count().max(1);
+        Knobs {
+            slot,
+            simds: p.gpu.simds_per_cu.count().clamp(1, 16) as usize,
+            valu_latency: p.valu.dependent_latency_cycles.count(),
+            valu_to_mfma: slot * (1 + p.valu.write_then_mfma_read_wait_states.count()),
+            mfma_extra_ws: p.mfma.result_extra_wait_states.count(),
+            srcc_ws: p.mfma.srcc_same_acc_wait_states.count(),
+            salu_latency: p.salu.latency_cycles.count(),
+            smem_latency: p.salu.smem_latency_cycles.count(),
+            lds_latency: p.lds.latency_cycles.count(),
+            lds_read_bpc: p.lds.port_bytes_per_cycle.get(),
+            lds_write_bpc: p.lds.write_bytes_per_cycle.get(),
+            lds_pass_bytes: p.lds.pass_bytes.count().max(1),
+            // An LDS port and the addresser take a few instructions ahead of time.
+            lds_queue: 4 * slot,
+            vmem_bpc: p.vmem.issue_bytes_per_cycle.get(),
+            vmem_min: p.vmem.min_issue_cycles.count().max(1),
+            vmem_queue: 16 * slot,
+            l1_latency: p.vmem.l1_hit_latency_cycles.count(),
+            max_vm: p.vmem.max_vmcnt.count().max(1) as usize,
+            max_lgkm: p.vmem.max_lgkmcnt.count().max(1) as usize,
+            branch_taken: p.issue.branch_taken_cycles.count().max(slot),
+            branch_not_taken: p.issue.branch_not_taken_cycles.count().max(slot),
+            barrier_latency: p.issue.barrier_latency_cycles.count(),
+            sleep_unit: p.issue.sleep_cycles_per_unit.count(),
+            dispatch: p.clock.workgroup_dispatch_cycles.count(),
+        }
+    }
+
+    /// The first cycle at or after `t` at which SIMD `s` issues.
+    pub(crate) fn slot_at_or_after(&self, s: usize, t: u64) -> u64 {
+        let r = t % self.slot;
+        let s = s as u64 % self.slot;
+        if r <= s {
+            t - r + s
+        } else {
+            t - r + self.slot + s
+        }
+    }
+}
+
+/// Everything the CUs share: the kernel, device memory, the executor's counters, the
+/// instruction facts, the memory hierarchy.
+pub(crate) struct Ctx<'a> {
+    pub prog: &'a Program,
+    pub device: &'a DeviceMemory,
+    pub stats: Stats,
+    pub counts: Vec<u64>,
+    pub probe: Probe,
+    pub infos: Vec<Option<InstInfo>>,
+    pub knobs: Knobs,
+    pub mem: MemSystem,
+    pub budget: u64,
+}
+
+/// Timing state of one wave.
+pub(crate) struct WaveTiming {
+    simd: usize,
+    age: u64,
+    prio: u8,
+    next_issue: u64,
+    next_reason: Reason,
+    /// Ready time of each register for plain reads.
+    ready: Vec<u64>,
+    /// Ready time of each vector register for MFMA SrcA/B reads and SrcC reads.
+    mfma_ab: Vec<u64>,
+    srcc: Vec<u64>,
+    from_mfma: Vec<bool>,
+    /// Completion times of outstanding vector-memory operations (in order, non-decreasing).
+    vm: VecDeque<u64>,
+    /// Completion times of outstanding LDS and SMEM operations.
+    lgkm: Vec<u64>,
+    last_lds: u64,
+    at_barrier: bool,
+    done: bool,
+    /// Cached (ready time, reason) of the wave's own conditions for its next instruction.
+    own: Option<(u64, Reason)>,
+    /// Cached program slot of the wave's PC.
+    slot: Option<usize>,
+    /// Trace: end of the last slice and the reason it was last seen blocked for.
+    last_end: u64,
+    blocked: Reason,
+    pub trace_id: u32,
+}
+
+impl WaveTiming {
+    fn new(simd: usize, age: u64, start: u64, trace_id: u32) -> WaveTiming {
+        WaveTiming {
+            simd,
+            age,
+            prio: 0,
+            next_issue: start,
+            next_reason: Reason::Idle,
+            ready: vec![0; REGS],
+            mfma_ab: vec![0; 512],
+            srcc: vec![0; 512],
+            from_mfma: vec![false; 512],
+            vm: VecDeque::new(),
+            lgkm: Vec::new(),
+            last_lds: 0,
+            at_barrier: false,
+            done: false,
+            own: None,
+            slot: None,
+            last_end: start,
+            blocked: Reason::Idle,
+            trace_id,
+        }
+    }
+
+    /// When the wave's own conditions allow its next instruction `info`, and what binds.
+    fn own_ready(&self, info: &InstInfo, k: &Knobs) -> (u64, Reason) {
+        let mut best = (self.next_issue, self.next_reason);
+        let mut bump = |t: u64, r: Reason| {
+            if t > best.0 {
+                best = (t, r);
+            }
+        };
+        match info.special {
+            Special::Waitcnt { vm, lgkm } => {
+                let (vm, lgkm) = (vm as usize, lgkm as usize);
+                if self.vm.len() > vm {
+                    bump(self.vm[self.vm.len() - vm - 1], Reason::WaitcntVm);
+                }
+                if self.lgkm.len() > lgkm {
+                    let mut v = self.lgkm.clone();
+                    v.sort_unstable();
+                    bump(v[v.len() - lgkm - 1], Reason::WaitcntLgkm);
+                }
+            }
+            Special::None | Special::End => {}
+            _ => {}
+        }
+        match info.unit {
+            Unit::Vmem if self.vm.len() >= k.max_vm => {
+                bump(self.vm[self.vm.len() - k.max_vm], Reason::WaitcntVm)
+            }
+            Unit::Lds | Unit::Smem if self.lgkm.len() >= k.max_lgkm => {
+                let mut v = self.lgkm.clone();
+                v.sort_unstable();
+                bump(v[v.len() - k.max_lgkm], Reason::WaitcntLgkm)
+            }
+            _ => {}
+        }
+        for r in &info.reads {
+            for reg in r.start as usize..(r.start + r.count) as usize {
+                let (t, vec) = match r.kind {
+                    ReadKind::Plain => (self.ready.get(reg).copied().unwrap_or(0), reg < 512),
+                    ReadKind::MfmaAb => (self.mfma_ab.get(reg).copied().unwrap_or(0), true),
+                    ReadKind::MfmaC => (self.srcc.get(reg).copied().unwrap_or(0), true),
+                };
+                if t > best.0 {
+                    let mfma = vec && self.from_mfma.get(reg).copied().unwrap_or(false);
+                    best = (
+                        t,
+                        if mfma {
+                            Reason::MfmaHazard
+                        } else {
+                            Reason::Dependency
+                        },
+                    );
+                }
+            }
+        }
+        best
+    }
+
+    fn prune(&mut self, t: u64) {
+        while self.vm.front().is_some_and(|&c| c <= t) {
+            self.vm.pop_front();
+        }
+        self.lgkm.retain(|&c| c > t);
+    }
+}
+
+/// A resident workgroup.
+pub(crate) struct Wg {
+    pub index: u64,
+    pub id: [u32; 3],
+    pub waves: Vec<Wave>,
+    pub timing: Vec<WaveTiming>,
+    pub lds: Lds,
+    live: usize,
+    arrived: usize,
+    /// Matrix-core busy cycles of this workgroup's MFMAs.
+    pub mfma_cycles: u64,
+}
+
+/// A finished workgroup.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Finished {
+    pub end: u64,
+    pub mfma_cycles: u64,
+}
+
+/// One CU of the simulation.
+pub(crate) struct Cu {
+    /// Index among the simulated CUs (its L1).
+    pub sim_index: usize,
+    /// Index of its XCD among the simulated XCDs (its L2).
+    pub xcd: usize,
+    pub wgs: Vec<Option<Wg>>,
+    pool: Vec<Vec<Wave>>,
+    rr_simd: usize,
+    valu_free: Vec<u64>,
+    mfma_free: Vec<u64>,
+    port_free: Vec<u64>,
+    ta_free: u64,
+    /// Cycles by reason, per SIMD.
+    pub stalls: Vec<[u64; REASONS]>,
+    acct_until: Vec<u64>,
+    pending: Vec<Reason>,
+    /// Matrix-core busy cycles per SIMD.
+    pub mfma_busy: Vec<u64>,
+    /// LDS port busy cycles (both ports).
+    pub lds_busy: u64,
+    pub trace: Option<TraceBuf>,
+    pub finished: Vec<Finished>,
+    /// Time of the pending event in the global queue.
+    pub scheduled: Option<u64>,
+    cands: Vec<Cand>,
+    /// Earliest ready time and its reason per SIMD (see `next_event`).
+    simd_min: Vec<(u64, Reason)>,
+    /// Something shared changed since `simd_min` was computed.
+    dirty: bool,
+}
+
+type Cand = (u8, u64, usize, usize);
+
+impl Cu {
+    pub(crate) fn new(sim_index: usize, xcd: usize, capacity: usize, k: &Knobs) -> Cu {
+        Cu {
+            sim_index,
+            xcd,
+            wgs: (0..capacity).map(|_| None).collect(),
+            pool: Vec::new(),
+            rr_simd: 0,
+            valu_free: vec![0; k.simds],
+            mfma_free: vec![0; k.simds],
+            port_free: vec![0; k.simds.div_ceil(2)],
+            ta_free: 0,
+            stalls: vec![[0; REASONS]; k.simds],
+            acct_until: vec![0; k.simds],
+            pending: vec![Reason::Idle; k.simds],
+            mfma_busy: vec![0; k.simds],
+            lds_busy: 0,
+            trace: None,
+            finished: Vec::new(),
+            scheduled: None,
+            cands: Vec::new(),
+            simd_min: vec![(u64::MAX, Reason::Idle); k.simds],
+            dirty: true,
+        }
+    }
+
+    /// Whether a workgroup slot is free.
+    pub(crate) fn has_room(&self) -> bool {
+        self.wgs.iter().any(|w| w.is_none())
+    }
+
+    /// Whether nothing is resident.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.wgs.iter().all(|w| w.is_none())
+    }
+
+    /// Places workgroup `index` (`n_waves` waves, `lds_bytes` of LDS) whose first
+    /// instruction may issue at `start`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dispatch(
+        &mut self,
+        index: u64,
+        id: [u32; 3],
+        n_waves: usize,
+        lds_bytes: u32,
+        start: u64,
+        age: &mut u64,
+        prog: &Program,
+        d: &crate::exec::setup::DispatchState,
+        k: &Knobs,
+    ) -> Result<(), TimingError> {
+        let fault = |wave: u32, kind: FaultKind| Fault {
+            kernel: prog.name().to_string(),
+            workgroup: id,
+            wave,
+            pc: prog.entry(),
+            inst: String::new(),
+            kind: Box::new(kind),
+        };
+        let slot = self
+            .wgs
+            .iter()
+            .position(|w| w.is_none())
+            .ok_or_else(|| fault(0, FaultKind::Launch("no free workgroup slot".into())))?;
+        let private = prog.setup().descriptor.private_segment_fixed_size;
+        let mut waves = self.pool.pop().unwrap_or_default();
+        while waves.len() < n_waves {
+            let w = Wave::try_new(waves.len() as u32, private)
+                .map_err(|e| fault(waves.len() as u32, e.into()))?;
+            waves.push(w);
+        }
+        waves.truncate(n_waves);
+        crate::exec::launch::init_workgroup_waves(prog, d, id, &mut waves)
+            .map_err(|(w, e)| fault(w, e))?;
+        let lds = Lds::new(lds_bytes)
+            .ok_or_else(|| fault(0, FaultKind::Launch("LDS too large".into())))?;
+        let mut timing = Vec::with_capacity(n_waves);
+        for w in 0..n_waves {
+            let simd = (self.rr_simd + w) % k.simds;
+            timing.push(WaveTiming::new(simd, *age, start, w as u32));
+            *age += 1;
+        }
+        self.rr_simd = (self.rr_simd + n_waves) % k.simds;
+        if let Some(t) = self.trace.as_mut() {
+            for (w, wt) in timing.iter_mut().enumerate() {
+                wt.trace_id = t.new_wave(index, w as u32, wt.simd);
+            }
+        }
+        self.dirty = true;
+        self.wgs[slot] = Some(Wg {
+            index,
+            id,
+            waves,
+            timing,
+            lds,
+            live: n_waves,
+            arrived: 0,
+            mfma_cycles: 0,
+        });
+        Ok(())
+    }
+
+    /// When wave (`g`, `w`) can issue its next instruction given the pipes now, and why not
+    /// earlier; `None` if it is done.
+    fn ready_of(
+        &mut self,
+        g: usize,
+        w: usize,
+        now: u64,
+        ctx: &Ctx<'_>,
+    ) -> Option<(u64, Reason, usize)> {
+        let wg = self.wgs[g].as_mut()?;
+        let wt = &mut wg.timing[w];
+        if wt.done {
+            return None;
+        }
+        let slot = match wt.slot {
+            Some(s) => s,
+            None => {
+                let pc = wg.waves[w].pc;
+                let s = ctx.prog.slot(pc).map(|(s, _)| s).unwrap_or(usize::MAX);
+                wt.slot = Some(s);
+                s
+            }
+        };
+        if wt.at_barrier {
+            wt.blocked = Reason::Barrier;
+            return Some((u64::MAX, Reason::Barrier, slot));
+        }
+        let info = match ctx.infos.get(slot).and_then(|i| i.as_ref()) {
+            Some(i) => i,
+            // An undecodable instruction: issue it, so the executor reports the fault.
+            None => return Some((wt.next_issue, wt.next_reason, slot)),
+        };
+        let own = match wt.own {
+            Some(o) => o,
+            None => {
+                let o = wt.own_ready(info, &ctx.knobs);
+                wt.own = Some(o);
+                o
+            }
+        };
+        let s = wt.simd;
+        let k = &ctx.knobs;
+        let pipe = match info.unit {
+            Unit::Valu => self.valu_free[s],
+            Unit::Mfma => self.mfma_free[s],
+            Unit::Lds => self.port_free[s / 2].saturating_sub(k.lds_queue),
+            Unit::Vmem => self.ta_free.saturating_sub(k.vmem_queue),
+            _ => 0,
+        };
+        let (r, why) = if pipe > own.0 {
+            (pipe, Reason::PipeBusy)
+        } else {
+            (own.0, own.1)
+        };
+        if r > now {
+            wt.blocked = why;
+        }
+        Some((r, why, slot))
+    }
+
+    /// Processes the issue slot at `t` (of SIMD `t % slot`). Returns the time of the CU's
+    /// next event (`None` when nothing is resident).
+    pub(crate) fn step(&mut self, t: u64, ctx: &mut Ctx<'_>) -> Result<Option<u64>, TimingError> {
+        let k = ctx.knobs.clone();
+        let s = (t % k.slot) as usize;
+        if s < k.simds {
+            self.account(s, t, k.slot);
+            let mut cands = std::mem::take(&mut self.cands);
+            cands.clear();
+            for (g, wg) in self.wgs.iter().enumerate() {
+                if let Some(wg) = wg {
+                    for (w, wt) in wg.timing.iter().enumerate() {
+                        if wt.simd == s && !wt.done {
+                            cands.push((wt.prio, wt.age, g, w));
+                        }
+                    }
+                }
+            }
+            cands.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut used = [false; CATEGORIES];
+            let mut issued = false;
+            let mut best: Option<(u64, Reason)> = None;
+            for &(_, _, g, w) in &cands {
+                let Some((ready, reason, slot)) = self.ready_of(g, w, t, ctx) else {
+                    continue;
+                };
+                if ready > t {
+                    if best.is_none_or(|b| ready < b.0) {
+                        best = Some((ready, reason));
+                    }
+                    continue;
+                }
+                let cat = ctx
+                    .infos
+                    .get(slot)
+                    .and_then(|i| i.as_ref())
+                    .and_then(|i| i.category);
+                if let Some(c) = cat {
+                    if used[c as usize] {
+                        if best.is_none() {
+                            best = Some((t + k.slot, Reason::IssueConflict));
+                        }
+                        if let Some(wg) = self.wgs[g].as_mut() {
+                            wg.timing[w].blocked = Reason::IssueConflict;
+                        }
+                        continue;
+                    }
+                    used[c as usize] = true;
+                }
+                self.issue(g, w, t, ctx)?;
+                issued = true;
+            }
+            self.cands = cands;
+            let outcome = if issued {
+                Reason::Issued
+            } else {
+                best.map_or(Reason::Idle, |b| b.1)
+            };
+            self.stalls[s][outcome as usize] += k.slot;
+            self.acct_until[s] = t + k.slot;
+        }
+        let simd = (s < k.simds).then_some(s);
+        Ok(self.next_event(t, simd, ctx))
+    }
+
+    /// Accounts SIMD `s`'s unaccounted slots before `t` to its pending reason.
+    fn account(&mut self, s: usize, t: u64, slot: u64) {
+        if t > self.acct_until[s] {
+            let n = (t - self.acct_until[s]).div_ceil(slot) * slot;
+            self.stalls[s][self.pending[s] as usize] += n;
+            self.acct_until[s] += n;
+        }
+    }
+
+    /// Accounts every SIMD up to `t` (the end of the simulation).
+    pub(crate) fn close(&mut self, t: u64, slot: u64) {
+        for s in 0..self.stalls.len() {
+            if self.is_empty() {
+                self.pending[s] = Reason::Idle;
+            }
+            self.account(s, t, slot);
+        }
+    }
+
+    /// The CU's next event after `t`. Only SIMD `simd`'s waves are looked at again unless
+    /// something shared changed (an LDS port, the addresser, a barrier, the resident set):
+    /// the other SIMDs' earliest ready times are absolute and stay valid.
+    fn next_event(&mut self, t: u64, simd: Option<usize>, ctx: &Ctx<'_>) -> Option<u64> {
+        let k = &ctx.knobs;
+        let all = std::mem::take(&mut self.dirty) || simd.is_none();
+        for (s, e) in self.simd_min.iter_mut().enumerate() {
+            if all || Some(s) == simd {
+                *e = (u64::MAX, Reason::Idle);
+            }
+        }
+        for g in 0..self.wgs.len() {
+            let n = self.wgs[g].as_ref().map_or(0, |wg| wg.timing.len());
+            for w in 0..n {
+                let s = self.wgs[g].as_ref().map_or(0, |wg| wg.timing[w].simd);
+                if !all && Some(s) != simd {
+                    continue;
+                }
+                if let Some((r, reason, _)) = self.ready_of(g, w, t + 1, ctx) {
+                    let e = &mut self.simd_min[s];
+                    if r < e.0 || e.1 == Reason::Idle {
+                        *e = (r, reason);
+                    }
+                }
+            }
+        }
+        let mut next = u64::MAX;
+        for (s, &(r, reason)) in self.simd_min.iter().enumerate() {
+            self.pending[s] = reason;
+            if r != u64::MAX {
+                next = next.min(k.slot_at_or_after(s, r.max(t + 1)));
+            }
+        }
+        (next != u64::MAX).then_some(next)
+    }
+
+    /// Issues wave (`g`, `w`)'s next instruction at `t`: executes it and books its timing.
+    fn issue(&mut self, g: usize, w: usize, t: u64, ctx: &mut Ctx<'_>) -> Result<(), TimingError> {
+        let k = ctx.knobs.clone();
+        let Some(wg) = self.wgs[g].as_mut() else {
+            return Ok(());
+        };
+        let wave = &mut wg.waves[w];
+        let pc = wave.pc;
+        let fault = |kind: FaultKind| Fault {
+            kernel: ctx.prog.name().to_string(),
+            workgroup: wg.id,
+            wave: w as u32,
+            pc,
+            inst: ctx.prog.disassemble(pc),
+            kind: Box::new(kind),
+        };
+        if wave.executed >= ctx.budget {
+            let e = FaultKind::Budget { budget: ctx.budget };
+            return Err(fault(e).into());
+        }
+        wave.executed += 1;
+        let slot = ctx.prog.slot(pc).map(|(s, _)| s).unwrap_or(usize::MAX);
+        let exec_before = wave.exec();
+        ctx.probe.vmem.valid = false;
+        let conflicts_before = ctx.stats.lds_bank_conflict_cycles;
+        let step = {
+            let mut env = Env {
+                prog: ctx.prog,
+                mem: ctx.device,
+                stats: &mut ctx.stats,
+                counts: &mut ctx.counts,
+                probe: Some(&mut ctx.probe),
+            };
+            interp::step(&mut env, wave, &mut wg.lds)
+        };
+        let step = match step {
+            Ok(s) => s,
+            Err(e) => return Err(fault(e).into()),
+        };
+        let new_pc = wave.pc;
+        let Some(info) = ctx.infos.get(slot).and_then(|i| i.as_ref()) else {
+            return Ok(());
+        };
+        let wt = &mut wg.timing[w];
+        wt.prune(t);
+        wt.own = None;
+        wt.slot = None;
+        let s = wt.simd;
+        let mut next = t + k.slot;
+        let mut next_reason = Reason::Dependency;
+        let mut busy_until = t + k.slot;
+        match info.unit {
+            Unit::Valu => {
+                self.valu_free[s] = t + info.busy as u64;
+                let lat = k.valu_latency.max(info.busy as u64 + k.slot);
+                for &(st, c) in &info.writes {
+                    for r in st as usize..(st + c) as usize {
+                        if r < REGS {
+                            wt.ready[r] = t + lat;
+                        }
+                        if r < 512 {
+                            wt.mfma_ab[r] = t + lat.max(k.valu_to_mfma);
+                            wt.srcc[r] = wt.mfma_ab[r];
+                            wt.from_mfma[r] = false;
+                        }
+                    }
+                }
+            }
+            Unit::Mfma => {
+                let busy = info.busy as u64;
+                self.mfma_free[s] = t + busy;
+                self.mfma_busy[s] += busy;
+                wg.mfma_cycles += busy;
+                let result = t + k.slot * (1 + info.passes as u64 + k.mfma_extra_ws);
+                let srcc = t + k.slot * (1 + k.srcc_ws);
+                for &(st, c) in &info.writes {
+                    for r in (st as usize..(st + c) as usize).filter(|&r| r < 512) {
+                        wt.ready[r] = result;
+                        wt.mfma_ab[r] = result;
+                        wt.srcc[r] = srcc;
+                        wt.from_mfma[r] = true;
+                    }
+                }
+                if let Some(tr) = self.trace.as_mut() {
+                    tr.pipe(s, t, busy, info.mnemonic);
+                }
+            }
+            Unit::Salu => {
+                for &(st, c) in &info.writes {
+                    for r in (st as usize..(st + c) as usize).filter(|&r| r < REGS) {
+                        wt.ready[r] = t + k.salu_latency;
+                    }
+                }
+            }
+            Unit::Smem => wt.lgkm.push(t + k.smem_latency),
+            Unit::Lds => {
+                let lanes = exec_before.count_ones() as u64;
+                let bytes = lanes * info.ds_bytes as u64;
+                let conflicts = ctx.stats.lds_bank_conflict_cycles - conflicts_before;
+                let passes = bytes.div_ceil(k.lds_pass_bytes).max(1) + conflicts;
+                let bpc = if info.ds_write {
+                    k.lds_write_bpc
+                } else {
+                    k.lds_read_bpc
+                };
+                let busy = ((passes * k.lds_pass_bytes) as f64 / bpc).ceil().max(1.0) as u64;
+                let port = s / 2;
+                let start = self.port_free[port].max(t);
+                self.port_free[port] = start + busy;
+                self.lds_busy += busy;
+                let done = (start + busy + k.lds_latency).max(wt.last_lds);
+                wt.last_lds = done;
+                wt.lgkm.push(done);
+            }
+            Unit::Vmem => {
+                let p = &ctx.probe.vmem;
+                let kind = if info.vmem_store {
+                    Access::Store
+                } else if info.vmem_atomic {
+                    Access::Atomic
+                } else {
+                    Access::Load
+                };
+                let (active_bytes, done) = if p.valid {
+                    let lanes = (p.global | p.other).count_ones() as u64;
+                    let active = lanes * p.bytes as u64;
+                    let busy = ((active as f64 / k.vmem_bpc).ceil() as u64).max(k.vmem_min);
+                    let start = self.ta_free.max(t);
+                    self.ta_free = start + busy;
+                    let mut lines = [0u64; 128];
+                    let mut n = 0;
+                    let bytes = p.bytes.max(1) as u64;
+                    for l in (0..64).filter(|l| p.global >> l & 1 != 0) {
+                        let a = p.addr[l];
+                        for line in [ctx.mem.line_of(a), ctx.mem.line_of(a + bytes - 1)] {
+                            if n < lines.len() {
+                                lines[n] = line;
+                                n += 1;
+                            }
+                        }
+                    }
+                    let lines = &mut lines[..n];
+                    lines.sort_unstable();
+                    let mut done = (start + busy) as f64;
+                    let mut prev = None;
+                    for &line in lines.iter() {
+                        if prev == Some(line) {
+                            continue;
+                        }
+                        prev = Some(line);
+                        let d = ctx
+                            .mem
+                            .line(self.sim_index, self.xcd, line, start as f64, kind);
+                        done = done.max(d);
+                    }
+                    if p.other != 0 {
+                        done = done.max((start + busy + k.l1_latency) as f64);
+                    }
+                    (active, done.ceil() as u64)
+                } else {
+                    (0, t + k.l1_latency)
+                };
+                let _ = active_bytes;
+                let done = done.max(wt.vm.back().copied().unwrap_or(0));
+                wt.vm.push_back(done);
+            }
+            Unit::Branch => {
+                let taken = new_pc != pc + info.size as u64;
+                if step != Step::End {
+                    next = t + if taken {
+                        k.branch_taken
+                    } else {
+                        k.branch_not_taken
+                    };
+                    next_reason = Reason::Branch;
+                }
+            }
+            Unit::Internal => {}
+        }
+        match info.special {
+            Special::Nop(n) => {
+                next = t + k.slot * (n as u64 + 1);
+                next_reason = Reason::Nop;
+            }
+            Special::Sleep(n) => {
+                next = t + (k.sleep_unit * n as u64).max(k.slot);
+                next_reason = Reason::Sleep;
+            }
+            Special::Setprio(p) => wt.prio = p,
+            _ => {}
+        }
+        wt.next_issue = next;
+        wt.next_reason = next_reason;
+        if let Some(tr) = self.trace.as_mut() {
+            if t > wt.last_end {
+                tr.stall(wt.trace_id, s, wt.last_end, t, wt.blocked);
+            }
+            busy_until = busy_until.max(t + 1).min(next.max(t + 1));
+            tr.inst(
+                wt.trace_id,
+                s,
+                t,
+                busy_until - t,
+                info.mnemonic,
+                info.class.name(),
+                pc - ctx.prog.entry(),
+            );
+            wt.last_end = busy_until;
+        }
+        if matches!(info.unit, Unit::Lds | Unit::Vmem) || matches!(step, Step::Barrier | Step::End)
+        {
+            self.dirty = true;
+        }
+        match step {
+            Step::Barrier => {
+                wt.at_barrier = true;
+                wg.arrived += 1;
+                if wg.arrived >= wg.live {
+                    self.release_barrier(g, t + k.barrier_latency);
+                }
+            }
+            Step::End => {
+                wt.done = true;
+                wg.live -= 1;
+                if wg.live == 0 {
+                    self.finish(g, t);
+                } else if wg.arrived > 0 && wg.arrived >= wg.live {
+                    self.release_barrier(g, t + k.barrier_latency);
+                }
+            }
+            Step::Yield | Step::Continue => {}
+        }
+        Ok(())
+    }
+
+    fn release_barrier(&mut self, g: usize, at: u64) {
+        let Some(wg) = self.wgs[g].as_mut() else {
+            return;
+        };
+        wg.arrived = 0;
+        for wt in wg.timing.iter_mut().filter(|wt| wt.at_barrier) {
+            wt.at_barrier = false;
+            wt.blocked = Reason::Barrier;
+            if at > wt.next_issue {
+                wt.next_issue = at;
+                wt.next_reason = Reason::Barrier;
+            }
+            wt.own = None;
+        }
+        if let Some(tr) = self.trace.as_mut() {
+            tr.barrier(wg.index, at);
+        }
+    }
+
+    fn finish(&mut self, g: usize, t: u64) {
+        if let Some(wg) = self.wgs[g].take() {
+            self.finished.push(Finished {
+                end: t,
+                mfma_cycles: wg.mfma_cycles,
+            });
+            self.pool.push(wg.waves);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_rotate_over_simds() {
+        let k = Knobs::new(&Params::mi355x());
+        assert_eq!(k.slot_at_or_after(0, 0), 0);
+        assert_eq!(k.slot_at_or_after(1, 0), 1);
+        assert_eq!(k.slot_at_or_after(0, 1), 4);
+        assert_eq!(k.slot_at_or_after(3, 5), 7);
+        assert_eq!(k.slot_at_or_after(2, 6), 6);
+    }
+
+    #[test]
+    fn waitcnt_waits_for_the_right_completion() {
+        let p = Params::mi355x();
+        let k = Knobs::new(&p);
+        let mut wt = WaveTiming::new(0, 0, 0, 0);
+        wt.vm.extend([100, 200, 300]);
+        wt.lgkm.extend([50, 10, 30]);
+        let mut info = super::super::inst::tests_support::waitcnt(1, 0);
+        assert_eq!(wt.own_ready(&info, &k), (200, Reason::WaitcntVm));
+        info.special = Special::Waitcnt { vm: 63, lgkm: 1 };
+        assert_eq!(wt.own_ready(&info, &k), (30, Reason::WaitcntLgkm));
+        info.special = Special::Waitcnt { vm: 3, lgkm: 3 };
+        assert_eq!(wt.own_ready(&info, &k), (0, Reason::Idle));
+        wt.prune(150);
+        assert_eq!(wt.vm.len(), 2);
+        assert!(wt.lgkm.is_empty());
+    }
+}
+
+/// Arbitration through the whole model on hand-encoded kernels.
+#[cfg(test)]
+mod arbitration {
+    use crate::exec::memory::DeviceMemory;
+    use crate::exec::program::Program;
+    use crate::exec::setup::KernelSetup;
+    use crate::timing::{Params, TimingLaunch, TimingOptions, predict};
+
+    const VALU_INDEP: [u32; 4] = [0x6806_0501, 0x6808_0501, 0x680a_0501, 0x680c_0501]; // v3..v6 = v1 + v2
+    const SALU: u32 = 0x808a_810a; // s_sub_u32 s10, s10, 1
+    const ENDPGM: u32 = 0xbf81_0000;
+
+    fn cycles(code: &[u32], waves: u32) -> u64 {
+        let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut mem = DeviceMemory::new();
+        let kd = [0u8; 64];
+        let p =
+            Program::load_code(&mut mem, "k", &bytes, KernelSetup::from_descriptor(&kd)).unwrap();
+        let launch = TimingLaunch {
+            grid: [1, 1, 1],
+            block: [64 * waves, 1, 1],
+            dynamic_lds: 0,
+            kernarg: &[],
+        };
+        let r = predict(
+            &mut mem,
+            &p,
+            &launch,
+            &Params::mi355x(),
+            &TimingOptions::default(),
+        )
+        .unwrap();
+        r.cycles
+    }
+
+    #[test]
+    fn one_valu_per_simd_slot_and_categories_issue_together() {
+        let valu =
+            |n: usize| -> Vec<u32> { (0..n).map(|i| VALU_INDEP[i % 4]).chain([ENDPGM]).collect() };
+        let mixed = |n: usize| -> Vec<u32> {
+            (0..n)
+                .flat_map(|i| [VALU_INDEP[i % 4], SALU])
+                .chain([ENDPGM])
+                .collect()
+        };
+        // Cycles per extra 200 instructions (per wave), launch constants cancelled.
+        let per = |code: &dyn Fn(usize) -> Vec<u32>, waves| {
+            (cycles(&code(400), waves) - cycles(&code(200), waves)) as f64 / 200.0
+        };
+        let one = per(&valu, 4); // one wave per SIMD: one VALU per 4-cycle slot
+        let two = per(&valu, 8); // two waves per SIMD share the VALU category
+        let mix = per(&mixed, 8); // VALU of one wave issues with SALU of the other
+        assert!((one - 4.0).abs() < 0.1, "{one}");
+        assert!((two - 8.0).abs() < 0.2, "{two}");
+        assert!(
+            (mix - 8.0).abs() < 0.2,
+            "{mix}: 2 instructions per wave per step"
+        );
+    }
+}

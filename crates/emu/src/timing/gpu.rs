@@ -1,0 +1,424 @@
+//! The whole GPU: occupancy from the kernel descriptor, dispatch of workgroups to XCDs and
+//! CUs, the event loop over the simulated CUs, and the extrapolation from a sample.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use serde::Serialize;
+
+use crate::exec::launch::workgroup_id;
+use crate::exec::program::Program;
+use crate::exec::setup::DispatchState;
+use crate::isa::Opcode;
+
+use super::TimingError;
+use super::cu::{Ctx, Cu, Finished, REASONS};
+use super::mem::MemoryReport;
+use super::params::Params;
+use super::trace::{Trace, TraceBuf, TraceOptions};
+
+/// What limits how many workgroups a CU holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limiter {
+    /// Wave slots (8 per SIMD).
+    Waves,
+    /// The unified VGPR/AGPR file.
+    Vgprs,
+    /// The SGPR file.
+    Sgprs,
+    /// LDS capacity.
+    Lds,
+    /// Barrier resources (16 workgroups with barriers per CU).
+    Barriers,
+    /// The per-CU workgroup limit.
+    Workgroups,
+}
+
+/// How many workgroups of a kernel fit on one CU, and why not more.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Occupancy {
+    /// Waves per workgroup.
+    pub waves_per_workgroup: u32,
+    /// Unified VGPRs (arch + acc) allocated per lane.
+    pub vgprs: u32,
+    /// SGPRs allocated per wave.
+    pub sgprs: u32,
+    /// LDS bytes allocated per workgroup (granule-rounded).
+    pub lds_bytes: u32,
+    /// Waves one SIMD can hold for this kernel.
+    pub waves_per_simd: u32,
+    /// Resident workgroups per CU.
+    pub workgroups_per_cu: u32,
+    /// The binding limit.
+    pub limiter: Limiter,
+}
+
+/// Whether the kernel contains `s_barrier`.
+pub(crate) fn uses_barrier(prog: &Program) -> bool {
+    (0..prog.instruction_count())
+        .any(|s| prog.at_slot(s).is_some_and(|i| i.op == Opcode::S_BARRIER))
+}
+
+/// Whether the kernel contains matrix instructions.
+pub(crate) fn uses_mfma(prog: &Program) -> bool {
+    (0..prog.instruction_count()).any(|s| {
+        prog.at_slot(s).is_some_and(|i| {
+            crate::exec::interp::classify(i) == crate::exec::stats::InstClass::Mfma
+        })
+    })
+}
+
+/// The occupancy of `prog` launched with `block` work-items and `dynamic_lds` bytes.
+pub fn occupancy(
+    prog: &Program,
+    block: [u32; 3],
+    dynamic_lds: u32,
+    p: &Params,
+) -> Result<Occupancy, TimingError> {
+    let kd = &prog.setup().descriptor;
+    let g = &p.gpu;
+    let threads: u64 = block.iter().map(|&b| b as u64).product();
+    let waves = threads.div_ceil(64).max(1) as u32;
+    let align = |v: u64, a: u64| v.div_ceil(a.max(1)) * a.max(1);
+    let vgprs = align(kd.allocated_vgprs() as u64, g.vgpr_granule.count()) as u32;
+    let sgprs = align(
+        ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + g.sgpr_extra.count(),
+        g.sgpr_granule.count(),
+    ) as u32;
+    let lds = align(
+        kd.group_segment_fixed_size as u64 + dynamic_lds as u64,
+        g.lds_granule_bytes.count(),
+    );
+    let max_waves = g.max_waves_per_simd.count();
+    let by_vgpr = g.vgprs_per_lane.count() / vgprs.max(1) as u64;
+    let by_sgpr = g.sgprs_per_simd.count() / sgprs.max(1) as u64;
+    let mut waves_per_simd = max_waves;
+    let mut limiter = Limiter::Waves;
+    if by_vgpr < waves_per_simd {
+        waves_per_simd = by_vgpr;
+        limiter = Limiter::Vgprs;
+    }
+    if by_sgpr < waves_per_simd {
+        waves_per_simd = by_sgpr;
+        limiter = Limiter::Sgprs;
+    }
+    let simds = g.simds_per_cu.count().max(1);
+    let per_simd_needed = (waves as u64).div_ceil(simds);
+    let mut wgs = if per_simd_needed > waves_per_simd {
+        0
+    } else {
+        waves_per_simd * simds / waves as u64
+    };
+    let mut cap = |v: u64, l: Limiter| {
+        if v < wgs {
+            wgs = v;
+            limiter = l;
+        }
+    };
+    if let Some(by_lds) = g.lds_bytes_per_cu.count().checked_div(lds) {
+        cap(by_lds, Limiter::Lds);
+    }
+    if waves > 1 && uses_barrier(prog) {
+        cap(g.max_barrier_workgroups_per_cu.count(), Limiter::Barriers);
+    }
+    cap(g.max_workgroups_per_cu.count(), Limiter::Workgroups);
+    if wgs == 0 {
+        return Err(TimingError::DoesNotFit(format!(
+            "a workgroup of {waves} waves with {vgprs} VGPRs, {sgprs} SGPRs and {lds} bytes of LDS does not fit on a CU (limited by {limiter:?})"
+        )));
+    }
+    Ok(Occupancy {
+        waves_per_workgroup: waves,
+        vgprs,
+        sgprs,
+        lds_bytes: lds as u32,
+        waves_per_simd: waves_per_simd as u32,
+        workgroups_per_cu: wgs as u32,
+        limiter,
+    })
+}
+
+/// How workgroups reach the simulated CUs.
+pub(crate) enum Dispatch {
+    /// Each simulated CU runs its list (all resident at once).
+    Fixed(Vec<Vec<u64>>),
+    /// Workgroup `i` goes to XCD `i mod xcds`, then to the XCD's CUs round robin as slots free.
+    Dynamic {
+        pending: Vec<VecDeque<u64>>,
+        rr: Vec<usize>,
+        cus_per_xcd: usize,
+    },
+}
+
+/// What one simulation produced.
+pub(crate) struct SimResult {
+    pub end: u64,
+    pub finished: Vec<Finished>,
+    pub stalls: Vec<[u64; REASONS]>,
+    pub lds_busy: u64,
+    pub memory: MemoryReport,
+    pub trace: Option<Trace>,
+    pub cus: usize,
+}
+
+/// Runs the simulated CUs until every workgroup has finished.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn simulate(
+    ctx: &mut Ctx<'_>,
+    d: &DispatchState,
+    n_cus: usize,
+    cus_per_xcd: usize,
+    occ: &Occupancy,
+    lds_bytes: u32,
+    mut dispatch: Dispatch,
+    trace: Option<(TraceOptions, f64)>,
+) -> Result<SimResult, TimingError> {
+    let k = ctx.knobs.clone();
+    let cap = occ.workgroups_per_cu as usize;
+    let mut cus: Vec<Cu> = (0..n_cus)
+        .map(|c| Cu::new(c, c / cus_per_xcd.max(1), cap, &k))
+        .collect();
+    if let Some((opts, clock)) = trace
+        && let Some(cu) = cus.first_mut()
+    {
+        cu.trace = Some(TraceBuf::new(opts, k.simds, clock));
+    }
+    let prog = ctx.prog;
+    let waves = occ.waves_per_workgroup as usize;
+    let mut age = 0u64;
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let schedule = |cu: &mut Cu, t: u64, heap: &mut BinaryHeap<Reverse<(u64, usize)>>, c: usize| {
+        if cu.scheduled.is_none_or(|s| t < s) {
+            cu.scheduled = Some(t);
+            heap.push(Reverse((t, c)));
+        }
+    };
+    // Initial placement.
+    let start = k.dispatch;
+    match &mut dispatch {
+        Dispatch::Fixed(lists) => {
+            for (c, list) in lists.iter().enumerate().take(n_cus) {
+                for &i in list {
+                    cus[c].dispatch(
+                        i,
+                        workgroup_id(d.grid, i),
+                        waves,
+                        lds_bytes,
+                        start,
+                        &mut age,
+                        prog,
+                        d,
+                        &k,
+                    )?;
+                }
+                if !cus[c].is_empty() {
+                    schedule(&mut cus[c], start, &mut heap, c);
+                }
+            }
+        }
+        Dispatch::Dynamic { .. } => {
+            for x in 0..n_cus.div_ceil(cus_per_xcd.max(1)) {
+                fill(
+                    &mut dispatch,
+                    x,
+                    &mut cus,
+                    start,
+                    &mut age,
+                    prog,
+                    d,
+                    &k,
+                    waves,
+                    lds_bytes,
+                    &mut heap,
+                )?;
+            }
+        }
+    }
+    let mut finished = Vec::new();
+    let mut end = 0u64;
+    while let Some(Reverse((t, c))) = heap.pop() {
+        if cus[c].scheduled != Some(t) {
+            continue;
+        }
+        cus[c].scheduled = None;
+        let next = cus[c].step(t, ctx)?;
+        if let Some(n) = next {
+            schedule(&mut cus[c], n, &mut heap, c);
+        }
+        if !cus[c].finished.is_empty() {
+            for f in cus[c].finished.drain(..) {
+                end = end.max(f.end);
+                finished.push(f);
+            }
+            let x = cus[c].xcd;
+            if matches!(dispatch, Dispatch::Dynamic { .. }) {
+                fill(
+                    &mut dispatch,
+                    x,
+                    &mut cus,
+                    t + k.dispatch,
+                    &mut age,
+                    prog,
+                    d,
+                    &k,
+                    waves,
+                    lds_bytes,
+                    &mut heap,
+                )?;
+            }
+        }
+    }
+    if let Some(cu) = cus.iter().find(|cu| !cu.is_empty()) {
+        return Err(TimingError::Deadlock {
+            cu: cu.sim_index,
+            cycle: end,
+        });
+    }
+    let mut stalls = vec![[0u64; REASONS]; k.simds];
+    let mut lds_busy = 0;
+    let mut trace_out = None;
+    for cu in cus.iter_mut() {
+        cu.close(end, k.slot);
+        for (s, a) in cu.stalls.iter().enumerate() {
+            for (r, v) in a.iter().enumerate() {
+                stalls[s][r] += v;
+            }
+        }
+        lds_busy += cu.lds_busy;
+        if let Some(t) = cu.trace.take() {
+            trace_out = Some(t.trace);
+        }
+    }
+    Ok(SimResult {
+        end,
+        finished,
+        stalls,
+        lds_busy,
+        memory: ctx.mem.finish_report(),
+        trace: trace_out,
+        cus: n_cus,
+    })
+}
+
+/// Places pending workgroups of XCD `x` on its CUs with free slots (round robin) at `t`.
+#[allow(clippy::too_many_arguments)]
+fn fill(
+    dispatch: &mut Dispatch,
+    x: usize,
+    cus: &mut [Cu],
+    t: u64,
+    age: &mut u64,
+    prog: &Program,
+    d: &DispatchState,
+    k: &super::cu::Knobs,
+    waves: usize,
+    lds_bytes: u32,
+    heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
+) -> Result<(), TimingError> {
+    let Dispatch::Dynamic {
+        pending,
+        rr,
+        cus_per_xcd,
+    } = dispatch
+    else {
+        return Ok(());
+    };
+    let Some(queue) = pending.get_mut(x) else {
+        return Ok(());
+    };
+    let first = x * *cus_per_xcd;
+    let n = (*cus_per_xcd).min(cus.len().saturating_sub(first));
+    if n == 0 {
+        return Ok(());
+    }
+    while !queue.is_empty() {
+        let Some(off) = (0..n)
+            .map(|j| (rr[x] + j) % n)
+            .find(|&j| cus[first + j].has_room())
+        else {
+            break;
+        };
+        let c = first + off;
+        rr[x] = (off + 1) % n;
+        let Some(i) = queue.pop_front() else { break };
+        cus[c].dispatch(
+            i,
+            workgroup_id(d.grid, i),
+            waves,
+            lds_bytes,
+            t,
+            age,
+            prog,
+            d,
+            k,
+        )?;
+        if cus[c].scheduled.is_none_or(|s| t < s) {
+            cus[c].scheduled = Some(t);
+            heap.push(Reverse((t, c)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::setup::KernelSetup;
+
+    fn prog(vgpr_granules: u32, lds: u32, code: &[u32]) -> (DeviceMemory, Program) {
+        let mut kd = [0u8; 64];
+        kd[0..4].copy_from_slice(&lds.to_le_bytes());
+        kd[48..52].copy_from_slice(&(vgpr_granules & 0x3f).to_le_bytes());
+        let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut mem = DeviceMemory::new();
+        let p =
+            Program::load_code(&mut mem, "k", &bytes, KernelSetup::from_descriptor(&kd)).unwrap();
+        (mem, p)
+    }
+
+    use crate::exec::memory::DeviceMemory;
+
+    const ENDPGM: u32 = 0xbf81_0000;
+    const BARRIER: u32 = 0xbf8a_0000;
+
+    #[test]
+    fn occupancy_limits() {
+        let p = Params::mi355x();
+        // 8 VGPRs, no LDS, one wave per workgroup: 8 waves per SIMD, 32 workgroups per CU.
+        let (_m, k) = prog(0, 0, &[ENDPGM]);
+        let o = occupancy(&k, [64, 1, 1], 0, &p).unwrap();
+        assert_eq!((o.waves_per_simd, o.workgroups_per_cu), (8, 32));
+        // 256 unified VGPRs: 2 waves per SIMD; 4-wave workgroups: 2 per CU.
+        let (_m, k) = prog(31, 0, &[ENDPGM]);
+        let o = occupancy(&k, [256, 1, 1], 0, &p).unwrap();
+        assert_eq!(
+            (o.vgprs, o.waves_per_simd, o.workgroups_per_cu),
+            (256, 2, 2)
+        );
+        assert_eq!(o.limiter, Limiter::Vgprs);
+        // 64 KB of LDS (+1 byte of dynamic LDS rounds up a granule): 2 per CU.
+        let (_m, k) = prog(0, 65536, &[ENDPGM]);
+        let o = occupancy(&k, [256, 1, 1], 1, &p).unwrap();
+        assert_eq!(
+            (o.lds_bytes, o.workgroups_per_cu, o.limiter),
+            (66560, 2, Limiter::Lds)
+        );
+        // Barriers cap multi-wave workgroups at 16 per CU (binding once SIMDs hold more
+        // than 8 waves).
+        let (_m, k) = prog(0, 0, &[BARRIER, ENDPGM]);
+        let mut p16 = p.clone();
+        p16.gpu.max_waves_per_simd.value = 16.0;
+        let o = occupancy(&k, [128, 1, 1], 0, &p16).unwrap();
+        assert_eq!((o.workgroups_per_cu, o.limiter), (16, Limiter::Barriers));
+        let o = occupancy(&k, [64, 1, 1], 0, &p16).unwrap();
+        assert_eq!(
+            o.limiter,
+            Limiter::Workgroups,
+            "one-wave workgroups need no barrier"
+        );
+        // 16 waves of 512 VGPRs do not fit.
+        let (_m, k) = prog(63, 0, &[ENDPGM]);
+        assert!(occupancy(&k, [1024, 1, 1], 0, &p).is_err());
+    }
+}

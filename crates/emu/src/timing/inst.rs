@@ -1,0 +1,430 @@
+//! What the model needs to know about each decoded instruction, computed once per program:
+//! the unit it runs on, its issue category, pipe occupancy, and the registers it reads and
+//! writes (for the per-register ready times).
+
+use crate::exec::interp::classify;
+use crate::exec::stats::InstClass;
+use crate::isa::{ConstReg, Encoding, Inst, Opcode, Operand, Role, SpecialReg};
+
+use super::params::Params;
+
+/// Index of the first SGPR (by scalar operand code) in a wave's ready-time table.
+pub(crate) const SREG_BASE: u16 = 512;
+/// Index of SCC in the ready-time table.
+pub(crate) const SCC: u16 = SREG_BASE + 128;
+/// Entries of the ready-time table: v0-v255, a0-a255, the 128 scalar codes, SCC.
+pub(crate) const REGS: usize = SCC as usize + 1;
+/// EXEC (both halves start here).
+pub(crate) const EXEC: u16 = SREG_BASE + 126;
+/// VCC.
+pub(crate) const VCC: u16 = SREG_BASE + 106;
+/// M0.
+pub(crate) const M0: u16 = SREG_BASE + 124;
+
+/// The execution unit an instruction occupies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Valu,
+    Mfma,
+    Salu,
+    Smem,
+    Lds,
+    Vmem,
+    Branch,
+    /// Handled by the sequencer itself (waitcnt, nop, setprio, sleep, barrier, message).
+    Internal,
+}
+
+/// Issue categories: at most one instruction of each per SIMD issue slot.
+pub(crate) const CATEGORIES: usize = 5;
+const CAT_VALU: u8 = 0;
+const CAT_VMEM: u8 = 1;
+const CAT_SALU: u8 = 2;
+const CAT_LDS: u8 = 3;
+const CAT_BRANCH: u8 = 4;
+
+/// Sequencer instructions with a timing effect of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Special {
+    None,
+    /// Wait until at most `vm` vector-memory and `lgkm` LDS/SMEM operations are outstanding.
+    Waitcnt {
+        vm: u8,
+        lgkm: u8,
+    },
+    Barrier,
+    /// `s_sleep` units.
+    Sleep(u32),
+    /// `s_nop` wait states.
+    Nop(u32),
+    Setprio(u8),
+    End,
+}
+
+/// How a register is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadKind {
+    /// By a VALU, SALU or memory instruction.
+    Plain,
+    /// As SrcA/SrcB of an MFMA.
+    MfmaAb,
+    /// As SrcC of an MFMA.
+    MfmaC,
+}
+
+/// A register range read by an instruction.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Read {
+    pub start: u16,
+    pub count: u16,
+    pub kind: ReadKind,
+}
+
+/// Timing facts of one instruction.
+#[derive(Clone, Debug)]
+pub(crate) struct InstInfo {
+    pub unit: Unit,
+    /// Issue category (`None`: sequencer-internal, never conflicts).
+    pub category: Option<u8>,
+    /// Clocks the unit is busy (VALU, MFMA).
+    pub busy: u32,
+    /// MFMA passes.
+    pub passes: u32,
+    pub reads: Vec<Read>,
+    /// Register ranges written (start, count).
+    pub writes: Vec<(u16, u16)>,
+    pub special: Special,
+    /// DS: bytes per lane, and whether it only writes LDS.
+    pub ds_bytes: u32,
+    pub ds_write: bool,
+    /// VMEM: a store or atomic (no data returned to registers unless `returns`).
+    pub vmem_store: bool,
+    pub vmem_atomic: bool,
+    /// Coarse class (for traces and counts).
+    pub class: InstClass,
+    /// Instruction size in bytes (to tell a taken branch).
+    pub size: u8,
+    pub mnemonic: &'static str,
+}
+
+/// Registers of an operand as (start, count) in the ready-time table.
+fn regs(op: Operand) -> Option<(u16, u16)> {
+    Some(match op {
+        Operand::Vgpr { reg, count } => (reg as u16, count as u16),
+        Operand::Agpr { reg, count } => (256 + reg as u16, count as u16),
+        Operand::Sgpr { reg, count } => (SREG_BASE + reg as u16, count as u16),
+        Operand::Ttmp { reg, count } => (SREG_BASE + 108 + reg as u16, count as u16),
+        Operand::Special { reg, count } => {
+            if reg == SpecialReg::Null {
+                return None;
+            }
+            (SREG_BASE + reg.code() as u16, count as u16)
+        }
+        Operand::Const(ConstReg::Vccz) => (VCC, 2),
+        Operand::Const(ConstReg::Execz) => (EXEC, 2),
+        Operand::Const(ConstReg::Scc) => (SCC, 1),
+        _ => return None,
+    })
+}
+
+fn simm16(i: &Inst) -> u32 {
+    match i.operand(Role::Simm16) {
+        Operand::Imm(v) => v,
+        Operand::Literal(v) => v,
+        _ => 0,
+    }
+}
+
+/// Bytes per lane of a DS instruction, from its mnemonic.
+fn ds_bytes(m: &str) -> u32 {
+    let base = if m.contains("b128") {
+        16
+    } else if m.contains("b96") {
+        12
+    } else if m.contains("b64") || m.contains("u64") || m.contains("i64") || m.contains("f64") {
+        8
+    } else if m.contains("u16") || m.contains("i16") || m.contains("b16") {
+        2
+    } else if m.contains("u8") || m.contains("i8") || m.contains("b8") {
+        1
+    } else {
+        4
+    };
+    // The tr forms name the element size after the access size (`ds_read_b64_tr_b8`).
+    let base = if m.contains("_tr_") {
+        if m.contains("b96") { 12 } else { 8 }
+    } else {
+        base
+    };
+    if m.contains("read2") || m.contains("write2") {
+        2 * base
+    } else {
+        base
+    }
+}
+
+fn is_transcendental(m: &str) -> bool {
+    [
+        "v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_",
+    ]
+    .iter()
+    .any(|p| m.starts_with(p))
+}
+
+impl InstInfo {
+    /// The timing facts of `i` under `params`.
+    pub(crate) fn new(i: &Inst, params: &Params) -> InstInfo {
+        let class = classify(i);
+        let m = i.mnemonic();
+        let slot = params.issue.slot_cycles.count().max(1) as u32;
+        let mut info = InstInfo {
+            unit: Unit::Internal,
+            category: None,
+            busy: 0,
+            passes: 0,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            special: Special::None,
+            ds_bytes: 0,
+            ds_write: false,
+            vmem_store: false,
+            vmem_atomic: false,
+            class,
+            size: i.size,
+            mnemonic: m,
+        };
+        match class {
+            InstClass::Salu => {
+                info.unit = Unit::Salu;
+                info.category = Some(CAT_SALU);
+                if i.op == Opcode::S_SETPRIO {
+                    info.special = Special::Setprio((simm16(i) & 3) as u8);
+                    info.unit = Unit::Internal;
+                    info.category = None;
+                }
+            }
+            InstClass::Smem => {
+                info.unit = Unit::Smem;
+                info.category = Some(CAT_SALU);
+            }
+            InstClass::Branch => {
+                info.unit = Unit::Branch;
+                info.category = Some(CAT_BRANCH);
+                if i.op == Opcode::S_ENDPGM {
+                    info.special = Special::End;
+                }
+            }
+            InstClass::Barrier => {
+                info.special = Special::Barrier;
+            }
+            InstClass::Control => match i.op {
+                Opcode::S_WAITCNT => {
+                    let s = simm16(i);
+                    info.special = Special::Waitcnt {
+                        vm: ((s & 0xf) | ((s >> 14) & 3) << 4) as u8,
+                        lgkm: ((s >> 8) & 0xf) as u8,
+                    };
+                }
+                Opcode::S_NOP => info.special = Special::Nop(simm16(i) & 0xf),
+                Opcode::S_SLEEP => info.special = Special::Sleep(simm16(i) & 0x7f),
+                Opcode::S_SETPRIO => info.special = Special::Setprio((simm16(i) & 3) as u8),
+                _ => {
+                    // Messages, traps and the like go through the branch/message category.
+                    info.unit = Unit::Branch;
+                    info.category = Some(CAT_BRANCH);
+                }
+            },
+            InstClass::Valu | InstClass::Vop3p => {
+                info.unit = Unit::Valu;
+                info.category = Some(CAT_VALU);
+                info.busy = if is_transcendental(m) {
+                    params.valu.transcendental_cycles.count()
+                } else if m.contains("_f64") {
+                    params.valu.f64_cycles.count()
+                } else {
+                    params.valu.issue_cycles.count()
+                } as u32;
+            }
+            InstClass::Mfma => {
+                info.unit = Unit::Mfma;
+                info.category = Some(CAT_VALU);
+                info.passes = params.mfma_passes(m, i.mfma.cbsz, i.mfma.blgp).unwrap_or(8);
+                info.busy = info.passes * slot;
+            }
+            InstClass::Lds => {
+                info.unit = Unit::Lds;
+                info.category = Some(CAT_LDS);
+                info.ds_bytes = ds_bytes(m);
+                info.ds_write = m.starts_with("ds_write") && i.dst() == Operand::None;
+            }
+            InstClass::VmemLoad | InstClass::VmemStore | InstClass::VmemAtomic => {
+                info.unit = Unit::Vmem;
+                info.category = Some(CAT_VMEM);
+                info.vmem_store = class == InstClass::VmemStore;
+                info.vmem_atomic = class == InstClass::VmemAtomic;
+            }
+        }
+        info.collect_registers(i);
+        info
+    }
+
+    fn collect_registers(&mut self, i: &Inst) {
+        let m = self.mnemonic;
+        let vector = matches!(self.unit, Unit::Valu | Unit::Mfma | Unit::Lds | Unit::Vmem);
+        let mut read = |r: (u16, u16), kind| {
+            self.reads.push(Read {
+                start: r.0,
+                count: r.1,
+                kind,
+            })
+        };
+        let lds_dma = (i.encoding == Encoding::Mubuf && i.mem.lds) || m.contains("load_lds");
+        let mut writes = Vec::new();
+        for (role, op) in i.operands() {
+            let Some(r) = regs(op) else { continue };
+            match role {
+                Role::Vdst => {
+                    if matches!(self.unit, Unit::Vmem) && (self.vmem_store) {
+                        read(r, ReadKind::Plain);
+                    } else {
+                        writes.push(r);
+                    }
+                }
+                Role::Sdst => {
+                    if m.starts_with("s_cmpk") {
+                        read(r, ReadKind::Plain);
+                    } else {
+                        writes.push(r);
+                    }
+                }
+                Role::Sdata => {
+                    if m.contains("store") {
+                        read(r, ReadKind::Plain);
+                    } else {
+                        writes.push(r);
+                    }
+                }
+                Role::Vdata => {
+                    if self.vmem_store || self.vmem_atomic {
+                        read(r, ReadKind::Plain);
+                        if self.vmem_atomic && i.mem.sc0 {
+                            writes.push(r);
+                        }
+                    } else if !lds_dma {
+                        writes.push(r);
+                    }
+                }
+                Role::Src0 | Role::Src1 if self.unit == Unit::Mfma => read(r, ReadKind::MfmaAb),
+                Role::Src2 if self.unit == Unit::Mfma => read(r, ReadKind::MfmaC),
+                _ => read(r, ReadKind::Plain),
+            }
+        }
+        if vector && self.unit != Unit::Mfma {
+            read((EXEC, 2), ReadKind::Plain);
+        }
+        if lds_dma {
+            read((M0, 1), ReadKind::Plain);
+        }
+        if self.unit == Unit::Salu {
+            writes.push((SCC, 1));
+        }
+        if m.starts_with("s_cbranch_scc")
+            || m.starts_with("s_cselect")
+            || m.starts_with("s_addc")
+            || m.starts_with("s_subb")
+            || m.starts_with("s_cmov")
+        {
+            read((SCC, 1), ReadKind::Plain);
+        }
+        if m.starts_with("s_cbranch_vcc") {
+            read((VCC, 2), ReadKind::Plain);
+        }
+        if m.starts_with("s_cbranch_exec") {
+            read((EXEC, 2), ReadKind::Plain);
+        }
+        self.writes = writes;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// An `s_waitcnt` with these counts.
+    pub(crate) fn waitcnt(vm: u8, lgkm: u8) -> InstInfo {
+        InstInfo {
+            unit: Unit::Internal,
+            category: None,
+            busy: 0,
+            passes: 0,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            special: Special::Waitcnt { vm, lgkm },
+            ds_bytes: 0,
+            ds_write: false,
+            vmem_store: false,
+            vmem_atomic: false,
+            class: InstClass::Control,
+            size: 4,
+            mnemonic: "s_waitcnt",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::decode;
+
+    fn info(words: &[u32]) -> InstInfo {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let i = decode(&bytes, 0).unwrap();
+        InstInfo::new(&i, &Params::mi355x())
+    }
+
+    #[test]
+    fn classes_categories_and_registers() {
+        // v_fma_f32 v3, v1, v3, v4
+        let f = info(&[0xd1cb0003, 0x04120701]);
+        assert_eq!(
+            (f.unit, f.category, f.busy),
+            (Unit::Valu, Some(CAT_VALU), 4)
+        );
+        assert_eq!(f.writes, vec![(3, 1)]);
+        assert_eq!(f.reads.len(), 4, "three sources and EXEC");
+        // v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[12:19], v[0:3], v20, v21 (fp8)
+        let m = info(&[0xd3ac1800, 0x08022b14, 0xd3ad0800, 0x04021904]);
+        assert_eq!((m.unit, m.passes, m.busy), (Unit::Mfma, 8, 32));
+        assert_eq!(m.writes, vec![(0, 4)]);
+        assert!(
+            m.reads
+                .iter()
+                .any(|r| r.kind == ReadKind::MfmaC && r.start == 0)
+        );
+        assert!(
+            m.reads
+                .iter()
+                .any(|r| r.kind == ReadKind::MfmaAb && r.start == 12)
+        );
+        // s_waitcnt vmcnt(0) lgkmcnt(0)
+        let w = info(&[0xbf8c0070]);
+        assert_eq!(w.special, Special::Waitcnt { vm: 0, lgkm: 0 });
+        // s_waitcnt lgkmcnt(0) keeps vmcnt at its maximum.
+        let w = info(&[0xbf8cc07f]);
+        assert_eq!(w.special, Special::Waitcnt { vm: 63, lgkm: 0 });
+        // ds_read_b32 v4, v3 / ds_write_b32 v2, v1
+        let r = info(&[0xd86c0000, 0x04000003]);
+        assert_eq!((r.unit, r.ds_bytes, r.ds_write), (Unit::Lds, 4, false));
+        assert_eq!(r.writes, vec![(4, 1)]);
+        let wr = info(&[0xd81a0000, 0x00000102]);
+        assert!(wr.ds_write && wr.writes.is_empty());
+        // global_store_dword v5, v4, s[4:5]: reads data, writes nothing.
+        let st = info(&[0xdc708000, 0x00040405]);
+        assert!(st.vmem_store && st.writes.is_empty());
+        // s_cbranch_scc1 reads SCC; s_sub_u32 writes SCC.
+        let b = info(&[0xbf85fff9]);
+        assert!(b.reads.iter().any(|r| r.start == SCC));
+        let s = info(&[0x808a810a]);
+        assert!(s.writes.contains(&(SCC, 1)));
+    }
+}

@@ -1,0 +1,340 @@
+//! The memory hierarchy of the model: a vL1D per CU, the L2 of each XCD (channels), the
+//! MALL and HBM. Caches are keyed by line address (the addresses the instructions computed);
+//! every level with a bandwidth is a FIFO server, so latency grows with load (a request waits
+//! for the bytes queued before it).
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::params::Params;
+
+/// A set-associative LRU cache of line addresses.
+#[derive(Clone, Debug)]
+pub(crate) struct Cache {
+    sets: usize,
+    ways: usize,
+    /// `sets * ways` tags (`u64::MAX` = empty) and last-use stamps.
+    tags: Vec<u64>,
+    stamps: Vec<u64>,
+    clock: u64,
+}
+
+impl Cache {
+    /// A cache of `bytes` in lines of `line` bytes with `sets` sets.
+    pub(crate) fn new(bytes: u64, line: u64, sets: u64) -> Cache {
+        let lines = (bytes / line).max(1);
+        let sets = sets.clamp(1, lines) as usize;
+        let ways = (lines as usize / sets).max(1);
+        Cache {
+            sets,
+            ways,
+            tags: vec![u64::MAX; sets * ways],
+            stamps: vec![0; sets * ways],
+            clock: 0,
+        }
+    }
+
+    /// Looks `line` (a line number) up; inserts it on a miss (evicting the least recently
+    /// used way). Returns whether it hit.
+    pub(crate) fn access(&mut self, line: u64) -> bool {
+        self.clock += 1;
+        let set = (line % self.sets as u64) as usize;
+        let base = set * self.ways;
+        let tags = &mut self.tags[base..base + self.ways];
+        let stamps = &mut self.stamps[base..base + self.ways];
+        if let Some(w) = tags.iter().position(|&t| t == line) {
+            stamps[w] = self.clock;
+            return true;
+        }
+        let victim = (0..self.ways).min_by_key(|&w| stamps[w]).unwrap_or(0);
+        tags[victim] = line;
+        stamps[victim] = self.clock;
+        false
+    }
+}
+
+/// A large cache approximated as FIFO over a hash set (the MALL: far larger than what a
+/// sampled simulation touches, so replacement details rarely matter).
+#[derive(Clone, Debug)]
+pub(crate) struct FifoCache {
+    capacity: usize,
+    present: HashMap<u64, ()>,
+    order: VecDeque<u64>,
+}
+
+impl FifoCache {
+    pub(crate) fn new(lines: u64) -> FifoCache {
+        FifoCache {
+            capacity: lines.max(1) as usize,
+            present: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn access(&mut self, line: u64) -> bool {
+        if self.present.contains_key(&line) {
+            return true;
+        }
+        if self.order.len() >= self.capacity
+            && let Some(old) = self.order.pop_front()
+        {
+            self.present.remove(&old);
+        }
+        self.present.insert(line, ());
+        self.order.push_back(line);
+        false
+    }
+}
+
+/// A FIFO bandwidth server: requests wait for the bytes queued before them.
+#[derive(Clone, Debug)]
+pub(crate) struct Server {
+    bytes_per_cycle: f64,
+    free_at: f64,
+    /// Bytes served.
+    pub bytes: u64,
+    /// Cycles requests waited in the queue.
+    pub waited: f64,
+}
+
+impl Server {
+    pub(crate) fn new(bytes_per_cycle: f64) -> Server {
+        Server {
+            bytes_per_cycle: bytes_per_cycle.max(1e-9),
+            free_at: 0.0,
+            bytes: 0,
+            waited: 0.0,
+        }
+    }
+
+    /// Serves `bytes` arriving at `t`; returns when the transfer ends.
+    pub(crate) fn serve(&mut self, t: f64, bytes: u64) -> f64 {
+        let start = self.free_at.max(t);
+        self.waited += start - t;
+        self.free_at = start + bytes as f64 / self.bytes_per_cycle;
+        self.bytes += bytes;
+        self.free_at
+    }
+}
+
+/// Hit and byte counts of the hierarchy.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct MemoryReport {
+    /// Line requests that reached the L1 (loads).
+    pub l1_requests: u64,
+    /// Of those, L1 hits.
+    pub l1_hits: u64,
+    /// Line requests that reached the L2 (L1 misses, stores, atomics).
+    pub l2_requests: u64,
+    /// Of those, L2 hits.
+    pub l2_hits: u64,
+    /// Line requests that reached the MALL.
+    pub mall_requests: u64,
+    /// Of those, MALL hits.
+    pub mall_hits: u64,
+    /// Bytes read from and written to HBM by the simulated workgroups.
+    pub hbm_bytes: u64,
+    /// Mean cycles an HBM request waited for bandwidth.
+    pub hbm_mean_queue_cycles: f64,
+}
+
+/// The hierarchy shared by the simulated CUs.
+#[derive(Debug)]
+pub(crate) struct MemSystem {
+    line_shift: u32,
+    line_bytes: u64,
+    l1: Vec<Cache>,
+    l2: Vec<Cache>,
+    /// `l2_channels` servers per simulated XCD.
+    l2_ch: Vec<Server>,
+    channels: usize,
+    mall: FifoCache,
+    mall_srv: Server,
+    hbm: Server,
+    l1_lat: f64,
+    l2_lat: f64,
+    mall_lat: f64,
+    hbm_lat: f64,
+    store_ack: f64,
+    pub report: MemoryReport,
+    hbm_requests: u64,
+}
+
+/// What a vector-memory access does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Load,
+    Store,
+    Atomic,
+}
+
+impl MemSystem {
+    /// The hierarchy for `cus` CUs spread over `xcds` simulated XCDs (CU `c` is on XCD
+    /// `c / cus_per_xcd`), given the clock and the simulated share of the whole GPU's MALL
+    /// and HBM bandwidth (and MALL capacity), and of each XCD's L2 bandwidth.
+    pub(crate) fn new(
+        p: &Params,
+        cus: usize,
+        xcds: usize,
+        clock_ghz: f64,
+        gpu_share: f64,
+        l2_share: f64,
+    ) -> MemSystem {
+        let v = &p.vmem;
+        let line = v.l1_line_bytes.count().max(1);
+        let channels = v.l2_channels.count().max(1) as usize;
+        let l2_lines = v.l2_bytes.count() / line;
+        let ways = v.l2_ways.count().max(1);
+        let per_cycle = |gbs: f64| gbs / clock_ghz;
+        let ns = |ns: f64| ns * clock_ghz;
+        MemSystem {
+            line_shift: line.trailing_zeros(),
+            line_bytes: line,
+            l1: (0..cus)
+                .map(|_| Cache::new(v.l1_bytes.count(), line, v.l1_sets.count()))
+                .collect(),
+            l2: (0..xcds)
+                .map(|_| Cache::new(v.l2_bytes.count(), line, (l2_lines / ways).max(1)))
+                .collect(),
+            l2_ch: (0..xcds * channels)
+                .map(|_| Server::new(v.l2_channel_bytes_per_cycle.get() * l2_share))
+                .collect(),
+            channels,
+            mall: FifoCache::new(((v.mall_bytes.get() * gpu_share) as u64 / line).max(1)),
+            mall_srv: Server::new(per_cycle(v.mall_gbs.get()) * gpu_share),
+            hbm: Server::new(per_cycle(v.hbm_gbs.get()) * gpu_share),
+            l1_lat: v.l1_hit_latency_cycles.get(),
+            l2_lat: v.l2_hit_latency_cycles.get(),
+            mall_lat: ns(v.mall_latency_ns.get()),
+            hbm_lat: ns(v.hbm_latency_ns.get()),
+            store_ack: v.store_ack_latency_cycles.get(),
+            report: MemoryReport::default(),
+            hbm_requests: 0,
+        }
+    }
+
+    /// Line number of a byte address.
+    pub(crate) fn line_of(&self, addr: u64) -> u64 {
+        addr >> self.line_shift
+    }
+
+    /// One line of an access by CU `cu` on XCD `xcd` that leaves the CU at `t` (cycles);
+    /// returns when its data (or acknowledgement) is back.
+    pub(crate) fn line(&mut self, cu: usize, xcd: usize, line: u64, t: f64, kind: Access) -> f64 {
+        let bytes = self.line_bytes;
+        if kind == Access::Load {
+            self.report.l1_requests += 1;
+            if self.l1[cu].access(line) {
+                self.report.l1_hits += 1;
+                return t + self.l1_lat;
+            }
+        }
+        // The L2 channel of this line (lines interleave over the channels).
+        let ch = xcd * self.channels + (line % self.channels as u64) as usize;
+        let t2 = self.l2_ch[ch].serve(t, bytes);
+        self.report.l2_requests += 1;
+        let l2_hit = self.l2[xcd].access(line);
+        match kind {
+            Access::Store => {
+                // Write-back L2: the line reaches HBM later; its bandwidth is taken now.
+                if !l2_hit {
+                    self.hbm_traffic(t2, bytes);
+                } else {
+                    self.report.l2_hits += 1;
+                }
+                return t2 + self.store_ack;
+            }
+            Access::Atomic => {
+                if l2_hit {
+                    self.report.l2_hits += 1;
+                } else {
+                    self.hbm_traffic(t2, bytes);
+                }
+                return t2 + self.l2_lat;
+            }
+            Access::Load => {}
+        }
+        if l2_hit {
+            self.report.l2_hits += 1;
+            return t2 + self.l2_lat;
+        }
+        let t3 = self.mall_srv.serve(t2, bytes);
+        self.report.mall_requests += 1;
+        if self.mall.access(line) {
+            self.report.mall_hits += 1;
+            return t3 + self.l2_lat + self.mall_lat;
+        }
+        let t4 = self.hbm_traffic(t3, bytes);
+        t4 + self.l2_lat + self.mall_lat + self.hbm_lat
+    }
+
+    fn hbm_traffic(&mut self, t: f64, bytes: u64) -> f64 {
+        self.hbm_requests += 1;
+        self.report.hbm_bytes += bytes;
+        self.hbm.serve(t, bytes)
+    }
+
+    /// The report with the queueing mean filled in.
+    pub(crate) fn finish_report(&self) -> MemoryReport {
+        let mut r = self.report.clone();
+        r.hbm_mean_queue_cycles = if self.hbm_requests > 0 {
+            self.hbm.waited / self.hbm_requests as f64
+        } else {
+            0.0
+        };
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_cache_hits_evicts_least_recent() {
+        // 4 lines, 1 set: fully associative.
+        let mut c = Cache::new(4 * 128, 128, 1);
+        for l in 0..4 {
+            assert!(!c.access(l));
+        }
+        assert!(c.access(0), "still there");
+        assert!(!c.access(4), "evicts line 1, the least recent");
+        assert!(c.access(0) && c.access(2) && c.access(3) && c.access(4));
+        assert!(!c.access(1));
+        // Sets split the lines by line number.
+        let mut s = Cache::new(4 * 128, 128, 4);
+        assert!(!s.access(0) && !s.access(4), "same set, one way each");
+        assert!(!s.access(0), "line 4 evicted line 0");
+    }
+
+    #[test]
+    fn servers_queue_bytes_in_order() {
+        let mut s = Server::new(2.0);
+        assert_eq!(s.serve(0.0, 128), 64.0);
+        assert_eq!(s.serve(10.0, 128), 128.0, "waits for the first transfer");
+        assert_eq!(s.serve(1000.0, 2), 1001.0, "idle server starts at arrival");
+        assert_eq!(s.bytes, 258);
+    }
+
+    #[test]
+    fn hierarchy_latency_by_level_and_reuse() {
+        let p = Params::mi355x();
+        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0);
+        let first = m.line(0, 0, 7, 0.0, Access::Load);
+        let l1 = m.line(0, 0, 7, 10_000.0, Access::Load) - 10_000.0;
+        let l2 = m.line(1, 0, 7, 20_000.0, Access::Load) - 20_000.0;
+        assert_eq!(l1, p.vmem.l1_hit_latency_cycles.get());
+        assert!(l2 > l1 && l2 < first, "{l1} {l2} {first}");
+        assert_eq!((m.report.l1_hits, m.report.l2_hits), (1, 1));
+        assert_eq!(m.report.hbm_bytes, 128);
+    }
+
+    #[test]
+    fn fifo_cache_capacity() {
+        let mut f = FifoCache::new(2);
+        assert!(!f.access(1) && !f.access(2) && f.access(1));
+        assert!(!f.access(3));
+        assert!(!f.access(1), "1 was the oldest");
+    }
+}

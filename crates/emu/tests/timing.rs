@@ -1,0 +1,423 @@
+//! The timing model on kernels assembled with llvm-mc-22 and linked with ld.lld-22: MFMA
+//! throughput, dependent VALU latency, LDS bank conflicts, memory latency behind
+//! `s_waitcnt vmcnt(0)`, monotonic properties, the sampled method against a full
+//! simulation, the time budget of a full-size launch, and the trace.
+
+mod common;
+
+use std::process::Command;
+use std::time::Instant;
+
+use common::{assemble, lld, llvm_mc, require_tool, scratch};
+use tilegen_codeobj::CodeObject;
+use tilegen_emu::exec::{DeviceMemory, Program};
+use tilegen_emu::timing::{
+    self, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+};
+
+/// Assembles `body` as kernel `name` (kernarg pointer in s[0:1], workgroup ids x, y in s2, s3,
+/// `lds` bytes of static LDS) and loads it.
+fn kernel(name: &str, body: &str, lds: u32) -> (DeviceMemory, Program) {
+    require_tool(&llvm_mc());
+    require_tool(&lld());
+    let dir = scratch(&format!("timing-{name}"));
+    let src = dir.join(format!("{name}.s"));
+    let obj = dir.join(format!("{name}.o"));
+    let out = dir.join(format!("{name}.hsaco"));
+    let text = format!(
+        "\t.amdgcn_target \"amdgcn-amd-amdhsa--gfx950\"\n\t.text\n\t.globl {name}\n\t.p2align 8\n\t.type {name},@function\n{name}:\n{body}\n\ts_endpgm\n.Lend_{name}:\n\t.size {name}, .Lend_{name}-{name}\n\t.rodata\n\t.p2align 6\n\t.amdhsa_kernel {name}\n\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1\n\t\t.amdhsa_system_sgpr_workgroup_id_x 1\n\t\t.amdhsa_system_sgpr_workgroup_id_y 1\n\t\t.amdhsa_group_segment_fixed_size {lds}\n\t\t.amdhsa_next_free_vgpr 128\n\t\t.amdhsa_next_free_sgpr 24\n\t\t.amdhsa_accum_offset 128\n\t.end_amdhsa_kernel\n\t.amdgpu_metadata\n---\namdhsa.kernels:\n  - .args:\n      - .offset: 0\n        .size: 8\n        .value_kind: global_buffer\n        .address_space: global\n      - .offset: 8\n        .size: 8\n        .value_kind: global_buffer\n        .address_space: global\n    .group_segment_fixed_size: {lds}\n    .kernarg_segment_align: 8\n    .kernarg_segment_size: 16\n    .max_flat_workgroup_size: 1024\n    .name: {name}\n    .private_segment_fixed_size: 0\n    .sgpr_count: 24\n    .symbol: {name}.kd\n    .vgpr_count: 128\n    .wavefront_size: 64\namdhsa.target: amdgcn-amd-amdhsa--gfx950\namdhsa.version:\n  - 1\n  - 2\n...\n\t.end_amdgpu_metadata\n"
+    );
+    std::fs::write(&src, text).expect("write kernel source");
+    assemble(&src, &obj);
+    let o = Command::new(lld())
+        .arg("-shared")
+        .arg(&obj)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run ld.lld");
+    assert!(
+        o.status.success(),
+        "ld.lld: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let bytes = std::fs::read(&out).expect("read code object");
+    let co = CodeObject::parse(&bytes).expect("parse code object");
+    let mut mem = DeviceMemory::new();
+    let prog = Program::load(&mut mem, &co, name).expect("load kernel");
+    (mem, prog)
+}
+
+fn predict_with(
+    mem: &mut DeviceMemory,
+    prog: &Program,
+    grid: [u32; 3],
+    block: [u32; 3],
+    kernarg: &[u8],
+    dynamic_lds: u32,
+    opts: &TimingOptions,
+) -> Prediction {
+    let launch = TimingLaunch {
+        grid,
+        block,
+        dynamic_lds,
+        kernarg,
+    };
+    timing::predict(mem, prog, &launch, &Params::mi355x(), opts).expect("predict")
+}
+
+fn predict(
+    mem: &mut DeviceMemory,
+    prog: &Program,
+    grid: [u32; 3],
+    block: [u32; 3],
+    kernarg: &[u8],
+) -> Prediction {
+    predict_with(
+        mem,
+        prog,
+        grid,
+        block,
+        kernarg,
+        0,
+        &TimingOptions::default(),
+    )
+}
+
+/// A loop of `iters` iterations of 16 independent scaled 16x16x128 MFMAs (A/B format `fmt`:
+/// 4 = FP4, 0 = FP8), with the loop counter updated in the matrix core's shadow.
+fn mfma_loop(iters: u32, fmt: u32) -> String {
+    let b = if fmt == 4 { "v[80:83]" } else { "v[80:87]" };
+    let a = if fmt == 4 { "v[64:67]" } else { "v[64:71]" };
+    let mut s = format!("\ts_mov_b32 s10, {iters}\n.Lloop:\n");
+    for i in 0..16 {
+        s += &format!(
+            "\tv_mfma_scale_f32_16x16x128_f8f6f4 v[{}:{}], {a}, {b}, v[{}:{}], v96, v97 cbsz:{fmt} blgp:{fmt}\n",
+            4 * i,
+            4 * i + 3,
+            4 * i,
+            4 * i + 3
+        );
+        if i == 13 {
+            s += "\ts_sub_u32 s10, s10, 1\n";
+        }
+        if i == 14 {
+            s += "\ts_cmp_lg_u32 s10, 0\n";
+        }
+    }
+    s += "\ts_cbranch_scc1 .Lloop\n";
+    s
+}
+
+fn cycles_per_mfma(fmt: u32) -> f64 {
+    let (mut m1, p1) = kernel(&format!("mfma{fmt}_a"), &mfma_loop(64, fmt), 0);
+    let (mut m2, p2) = kernel(&format!("mfma{fmt}_b"), &mfma_loop(128, fmt), 0);
+    let a = predict(&mut m1, &p1, [1, 1, 1], [64, 1, 1], &[0; 16]);
+    let b = predict(&mut m2, &p2, [1, 1, 1], [64, 1, 1], &[0; 16]);
+    (b.cycles - a.cycles) as f64 / (64.0 * 16.0)
+}
+
+#[test]
+fn independent_scaled_mfmas_take_passes_times_four_cycles() {
+    let t = Instant::now();
+    let fp4 = cycles_per_mfma(4);
+    let fp8 = cycles_per_mfma(0);
+    eprintln!(
+        "16x16x128 FP4: {fp4:.2} cycles per MFMA, FP8: {fp8:.2} ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+    assert!((fp4 - 16.0).abs() <= 0.02 * 16.0, "FP4: {fp4}");
+    assert!((fp8 - 32.0).abs() <= 0.02 * 32.0, "FP8: {fp8}");
+}
+
+/// `n` dependent `v_fma_f32` per iteration.
+fn valu_chain(iters: u32) -> String {
+    let mut s = format!("\ts_mov_b32 s10, {iters}\n.Lloop:\n");
+    for i in 0..32 {
+        s += "\tv_fma_f32 v1, v1, v2, v3\n";
+        if i == 10 {
+            s += "\ts_sub_u32 s10, s10, 1\n\ts_cmp_lg_u32 s10, 0\n";
+        }
+    }
+    s += "\ts_cbranch_scc1 .Lloop\n";
+    s
+}
+
+#[test]
+fn a_dependent_valu_chain_costs_the_dependent_latency_per_step() {
+    let (mut m1, p1) = kernel("chain_a", &valu_chain(32), 0);
+    let (mut m2, p2) = kernel("chain_b", &valu_chain(64), 0);
+    let a = predict(&mut m1, &p1, [1, 1, 1], [64, 1, 1], &[0; 16]);
+    let b = predict(&mut m2, &p2, [1, 1, 1], [64, 1, 1], &[0; 16]);
+    let per = (b.cycles - a.cycles) as f64 / (32.0 * 32.0);
+    let want = Params::mi355x().valu.dependent_latency_cycles.get();
+    eprintln!("dependent v_fma_f32: {per:.2} cycles per step (model {want})");
+    // One branch redirect per 32 steps is included.
+    assert!((per - want).abs() <= 0.05 * want, "{per}");
+    let dep = b.stalls.iter().map(|s| s.cycles.dependency).sum::<u64>();
+    assert!(
+        dep > b.cycles / 3,
+        "stalls are dependencies: {:?}",
+        b.stalls
+    );
+}
+
+/// 16 waves each issue `iters` x 32 `ds_read_b32` with lane addresses `lane << shift`.
+fn lds_reads(iters: u32, shift: u32) -> String {
+    let mut s = format!("\tv_lshlrev_b32 v1, {shift}, v0\n\ts_mov_b32 s10, {iters}\n.Lloop:\n");
+    for i in 0..32 {
+        s += &format!("\tds_read_b32 v{}, v1\n", 2 + i % 16);
+        if i == 10 {
+            s += "\ts_sub_u32 s10, s10, 1\n\ts_cmp_lg_u32 s10, 0\n";
+        }
+    }
+    s += "\ts_cbranch_scc1 .Lloop\n\ts_waitcnt lgkmcnt(0)\n";
+    s
+}
+
+#[test]
+fn lds_bank_conflicts_cost_two_and_four_times_the_conflict_free_pattern() {
+    let per_read = |shift: u32| {
+        let (mut m1, p1) = kernel(&format!("lds{shift}_a"), &lds_reads(8, shift), 16384);
+        let (mut m2, p2) = kernel(&format!("lds{shift}_b"), &lds_reads(16, shift), 16384);
+        let a = predict(&mut m1, &p1, [1, 1, 1], [1024, 1, 1], &[0; 16]);
+        let b = predict(&mut m2, &p2, [1, 1, 1], [1024, 1, 1], &[0; 16]);
+        (b.cycles - a.cycles) as f64 / (16.0 * 32.0 * 8.0)
+    };
+    let free = per_read(2);
+    let two = per_read(3);
+    let four = per_read(4);
+    eprintln!(
+        "ds_read_b32 cycles per wave-read: conflict-free {free:.3}, 2-way {two:.3}, 4-way {four:.3}"
+    );
+    assert!((two / free - 2.0).abs() < 0.1, "2-way: {}", two / free);
+    assert!((four / free - 4.0).abs() < 0.2, "4-way: {}", four / free);
+}
+
+/// One global load of the buffer at kernarg 0 (`loads` times, each waited for).
+fn load_wait(loads: u32) -> String {
+    let mut s = String::from(
+        "\ts_load_dwordx2 s[4:5], s[0:1], 0x0\n\tv_mov_b32 v1, 0\n\ts_waitcnt lgkmcnt(0)\n",
+    );
+    for _ in 0..loads {
+        s += "\tglobal_load_dword v2, v1, s[4:5]\n\ts_waitcnt vmcnt(0)\n";
+    }
+    s
+}
+
+#[test]
+fn waitcnt_vmcnt_after_a_global_load_adds_the_memory_latency() {
+    let p = Params::mi355x();
+    let run = |loads: u32| {
+        let (mut m, prog) = kernel(&format!("load{loads}"), &load_wait(loads), 0);
+        let buf = m.alloc(4096).unwrap();
+        let mut karg = buf.to_le_bytes().to_vec();
+        karg.resize(16, 0);
+        predict(&mut m, &prog, [1, 1, 1], [64, 1, 1], &karg)
+    };
+    let none = run(0);
+    let one = run(1);
+    let two = run(2);
+    let miss = (one.cycles - none.cycles) as f64;
+    let hit = (two.cycles - one.cycles) as f64;
+    let clock = one.clock_ghz;
+    let v = &p.vmem;
+    let want_miss =
+        v.l2_hit_latency_cycles.get() + (v.mall_latency_ns.get() + v.hbm_latency_ns.get()) * clock;
+    let want_hit = v.l1_hit_latency_cycles.get();
+    eprintln!("cold load {miss} cycles (model {want_miss:.0}), L1 hit {hit} (model {want_hit})");
+    assert!(
+        (miss - want_miss).abs() < 0.05 * want_miss + 16.0,
+        "{miss} vs {want_miss}"
+    );
+    assert!(
+        (hit - want_hit).abs() < 0.05 * want_hit + 16.0,
+        "{hit} vs {want_hit}"
+    );
+    let vm = one.stalls.iter().map(|s| s.cycles.waitcnt_vm).sum::<u64>();
+    assert!(
+        vm as f64 >= 0.9 * want_miss,
+        "waitcnt vm stalls: {:?}",
+        one.stalls
+    );
+}
+
+#[test]
+fn more_iterations_are_never_faster_and_a_grid_of_256_takes_as_long_as_one() {
+    let mut last = 0;
+    for iters in [1, 2, 5, 16, 17, 40] {
+        let (mut m, p) = kernel(&format!("mono{iters}"), &mfma_loop(iters, 4), 0);
+        let r = predict(&mut m, &p, [1, 1, 1], [64, 1, 1], &[0; 16]);
+        assert!(
+            r.cycles >= last,
+            "{iters} iterations: {} < {last}",
+            r.cycles
+        );
+        last = r.cycles;
+    }
+    let (mut m, p) = kernel("grid", &mfma_loop(32, 4), 0);
+    let one = predict(&mut m, &p, [1, 1, 1], [64, 1, 1], &[0; 16]);
+    let many = predict(&mut m, &p, [256, 1, 1], [64, 1, 1], &[0; 16]);
+    eprintln!("grid 1: {:.2} us, grid 256: {:.2} us", one.us, many.us);
+    assert!(
+        (many.us / one.us - 1.0).abs() < 0.02,
+        "{} vs {}",
+        one.us,
+        many.us
+    );
+    assert_eq!(many.workgroups_total, 256);
+    assert_eq!(many.rounds, 1);
+}
+
+/// A GEMM-shaped kernel: per iteration each workgroup loads a 4 KB tile of A (row block
+/// `wg_y`) and of B (column block `wg_x`), stages them through LDS between barriers and
+/// runs 8 scaled FP4 MFMAs per wave. Kernargs: A, B pointers; `iters` is immediate.
+fn mini_gemm(iters: u32) -> String {
+    let mut s = format!(
+        "\ts_load_dwordx4 s[4:7], s[0:1], 0x0\n\tv_lshlrev_b32 v1, 4, v0\n\ts_mov_b32 s8, {iters}\n\ts_waitcnt lgkmcnt(0)\n\
+         \ts_mul_i32 s9, s3, s8\n\ts_lshl_b32 s9, s9, 12\n\ts_mul_i32 s10, s2, s8\n\ts_lshl_b32 s10, s10, 12\n\
+         \ts_add_u32 s4, s4, s9\n\ts_addc_u32 s5, s5, 0\n\ts_add_u32 s6, s6, s10\n\ts_addc_u32 s7, s7, 0\n.Lloop:\n\
+         \tglobal_load_dwordx4 v[64:67], v1, s[4:5]\n\tglobal_load_dwordx4 v[68:71], v1, s[6:7]\n\
+         \ts_add_u32 s4, s4, 0x1000\n\ts_addc_u32 s5, s5, 0\n\ts_add_u32 s6, s6, 0x1000\n\ts_addc_u32 s7, s7, 0\n\
+         \ts_waitcnt vmcnt(0)\n\tds_write_b128 v1, v[64:67]\n\tds_write_b128 v1, v[68:71] offset:4096\n\
+         \ts_waitcnt lgkmcnt(0)\n\ts_barrier\n\tds_read_b128 v[80:83], v1\n\tds_read_b128 v[84:87], v1 offset:4096\n\
+         \ts_waitcnt lgkmcnt(0)\n"
+    );
+    for i in 0..8 {
+        s += &format!(
+            "\tv_mfma_scale_f32_16x16x128_f8f6f4 v[{}:{}], v[80:83], v[84:87], v[{}:{}], v96, v97 cbsz:4 blgp:4\n",
+            4 * i,
+            4 * i + 3,
+            4 * i,
+            4 * i + 3
+        );
+    }
+    s += "\ts_barrier\n\ts_sub_u32 s8, s8, 1\n\ts_cmp_lg_u32 s8, 0\n\ts_cbranch_scc1 .Lloop\n";
+    s
+}
+
+fn gemm_launch(
+    name: &str,
+    grid: [u32; 2],
+    iters: u32,
+    dynamic_lds: u32,
+    opts: &TimingOptions,
+) -> (Prediction, f64) {
+    let (mut m, p) = kernel(name, &mini_gemm(iters), 8192);
+    let a = m.alloc_lazy(grid[1] as u64 * iters as u64 * 4096).unwrap();
+    let b = m.alloc_lazy(grid[0] as u64 * iters as u64 * 4096).unwrap();
+    let mut karg = a.to_le_bytes().to_vec();
+    karg.extend(b.to_le_bytes());
+    let (cpu, wall) = (cpu_seconds(), Instant::now());
+    let r = predict_with(
+        &mut m,
+        &p,
+        [grid[0], grid[1], 1],
+        [256, 1, 1],
+        &karg,
+        dynamic_lds,
+        opts,
+    );
+    let cpu = cpu_seconds().map(|c| c - cpu.unwrap_or(0.0));
+    eprintln!(
+        "  predict: {cpu:.2?} s CPU, {:.2} s wall",
+        wall.elapsed().as_secs_f64()
+    );
+    (r, cpu.unwrap_or_else(|| wall.elapsed().as_secs_f64()))
+}
+
+/// CPU time of the calling thread (Linux `/proc/thread-self/stat`, 10 ms ticks), so the
+/// budget test measures the model rather than the load of a shared machine.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // After the parenthesised command come state (field 3) ... utime (14), stime (15).
+    let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+#[test]
+fn sampled_rounds_stay_close_to_a_full_simulation() {
+    // 72 KB of dynamic LDS: 2 workgroups per CU (64 per XCD), so 1024 workgroups take 2 full
+    // rounds per XCD and 1,280 workgroups 3 rounds, the last one partial (32 of 64).
+    for (grid, iters) in [([32u32, 32u32], 12u32), ([40, 32], 12), ([16, 16], 24)] {
+        let full_opts = TimingOptions {
+            method: Method::Full,
+            ..TimingOptions::default()
+        };
+        let (full, tf) = gemm_launch("gemm_full", grid, iters, 73728, &full_opts);
+        let (sampled, ts) = gemm_launch(
+            "gemm_sampled",
+            grid,
+            iters,
+            73728,
+            &TimingOptions::default(),
+        );
+        let err = sampled.us / full.us - 1.0;
+        eprintln!(
+            "grid {grid:?} x {iters}: full {:.2} us ({tf:.2} s CPU, {} wgs), sampled {:.2} us ({ts:.2} s CPU, {} wgs, {} rounds): error {:+.1}%\n  {}",
+            full.us,
+            full.workgroups_simulated,
+            sampled.us,
+            sampled.workgroups_simulated,
+            sampled.rounds,
+            100.0 * err,
+            sampled.method_detail
+        );
+        assert_eq!(full.workgroups_simulated, (grid[0] * grid[1]) as u64);
+        assert!(err.abs() < 0.15, "sampling error {:+.1}%", 100.0 * err);
+    }
+}
+
+#[test]
+fn a_full_size_gemm_launch_is_timed_within_the_budget() {
+    // M x N = 32768 x 8192 in 256 x 256 tiles, K = 28672 in 112 steps of 256.
+    let (r, secs) = gemm_launch("gemm_big", [32, 128], 112, 0, &TimingOptions::default());
+    eprintln!(
+        "32768x8192x28672-shaped launch: {:.1} us predicted, {} of {} workgroups simulated, {secs:.2} s of CPU; {}; bound {:?}, mfma busy {:.2}, HBM {:.0} GB/s",
+        r.us,
+        r.workgroups_simulated,
+        r.workgroups_total,
+        r.method_detail,
+        r.bound,
+        r.mfma_busy,
+        r.hbm_gbs
+    );
+    assert_eq!(r.workgroups_total, 4096);
+    // The budget is about 2 s of one core (CPU time of this thread).
+    assert!(secs < 2.5, "took {secs:.2} s of CPU");
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(
+        json.contains("\"bound\"") && json.contains("\"stalls\""),
+        "{json}"
+    );
+}
+
+#[test]
+fn a_trace_shows_waves_stalls_and_barriers() {
+    let (mut m, p) = kernel("traced", &mini_gemm(4), 8192);
+    let a = m.alloc_lazy(4 * 4096).unwrap();
+    let b = m.alloc_lazy(4 * 4096).unwrap();
+    let mut karg = a.to_le_bytes().to_vec();
+    karg.extend(b.to_le_bytes());
+    let opts = TimingOptions {
+        trace: Some(TraceOptions { cycles: 20_000 }),
+        ..TimingOptions::default()
+    };
+    let r = predict_with(&mut m, &p, [1, 1, 1], [256, 1, 1], &karg, 0, &opts);
+    let trace = r.trace.as_ref().expect("a trace");
+    let mut out = Vec::new();
+    timing::write_trace(trace, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    for part in [
+        "\"traceEvents\"",
+        "v_mfma_scale_f32_16x16x128_f8f6f4",
+        "stall: waitcnt vmcnt",
+        "stall: barrier",
+        "barrier release",
+        "\"ph\":\"X\"",
+        "matrix core 0",
+    ] {
+        assert!(text.contains(part), "trace lacks {part}");
+    }
+}
