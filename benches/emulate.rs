@@ -65,7 +65,7 @@ fn main() {
         let mut kargs: Vec<ArgValue> = [pa, pb, psa, psb, pc].map(ArgValue::Ptr).to_vec();
         kargs.extend(call.scalars.map(ArgValue::I32));
         kargs.resize(
-            module.code_object.kernels[0].meta.explicit_args().count(),
+            module.code_object().kernels[0].meta.explicit_args().count(),
             ArgValue::Null,
         );
         let config = LaunchConfig {
@@ -75,7 +75,7 @@ fn main() {
         };
         let name = call.kernel.as_str();
         let mut times = Vec::new();
-        let mut stats = serde_json::Value::Null;
+        let mut stats = tilegen::runtime::LaunchStats::default();
         for _ in 0..reps {
             let t = Instant::now();
             let r = launch(&dev, &module, name, &config, &kargs)

@@ -24,7 +24,7 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
     args.extend(call.scalars.map(ArgValue::I32));
     // Triton appends its global and profile scratch pointers; these kernels use neither.
     args.resize(
-        module.code_object.kernels[0].meta.explicit_args().count(),
+        module.code_object().kernels[0].meta.explicit_args().count(),
         ArgValue::Null,
     );
     let config = LaunchConfig {

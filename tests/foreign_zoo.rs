@@ -160,12 +160,8 @@ fn run_case(
         };
         let report = launch(dev, &module, &case.kernel, &config, &args)
             .map_err(|e| format!("launch: {e}"))?;
-        if let Some(ops) = report
-            .stats
-            .as_ref()
-            .and_then(|s| s["by_opcode"].as_object())
-        {
-            executed.extend(ops.keys().cloned());
+        if let Some(stats) = &report.stats {
+            executed.extend(stats.by_opcode().map(|(op, _)| op.to_string()));
         }
         let mut mismatches = Vec::new();
         for (i, p, out) in outs {

@@ -98,8 +98,99 @@ fn output(cmd: &mut Command, what: &str) -> Result<String> {
 
 fn setup() -> Result<()> {
     setup_llvm()?;
+    setup_hsa()?;
     setup_triton()?;
+    setup_slurm()?;
     aiter::setup_aiter()
+}
+
+/// Debian's Slurm and munge: the `tilegen tune slurm` test brings up a single-node cluster
+/// (munged, slurmctld, slurmd) from these, with its own key and slurm.conf.
+const SLURM_PACKAGES: &[&str] = &["slurm-wlm", "munge"];
+/// The programs that test runs; any one missing installs the packages.
+const SLURM_PROGRAMS: &[&str] = &[
+    "/usr/sbin/munged",
+    "/usr/sbin/slurmctld",
+    "/usr/sbin/slurmd",
+    "/usr/bin/sbatch",
+    "/usr/bin/sinfo",
+];
+
+/// Installs `SLURM_PACKAGES` when a program of theirs is missing (only then).
+fn setup_slurm() -> Result<()> {
+    let missing: Vec<&str> = SLURM_PROGRAMS
+        .iter()
+        .copied()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if missing.is_empty() {
+        step("Slurm and munge: ok");
+        return Ok(());
+    }
+    step(&format!(
+        "installing Slurm and munge ({} missing)",
+        missing.join(", ")
+    ));
+    let sudo = !is_root();
+    if sudo && !have("sudo") {
+        return Err(format!(
+            "Slurm is missing ({}) and this is not root; run as root or install: apt-get install -y {}",
+            missing.join(", "),
+            SLURM_PACKAGES.join(" ")
+        ));
+    }
+    let apt = |args: &[&str]| {
+        let mut c = Command::new(if sudo { "sudo" } else { "apt-get" });
+        if sudo {
+            c.arg("apt-get");
+        }
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    run(&mut apt(&["update", "-q"]), "apt-get update")?;
+    let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+    install.args(SLURM_PACKAGES);
+    run(&mut install, "apt-get install slurm-wlm munge")
+}
+
+/// Debian's HSA runtime (ROCm 5.2), which HsaDevice's tests load: it has no gfx950 support
+/// and, without a GPU driver, its `hsa_init` fails, as it does for a user without one.
+const HSA_PACKAGE: &str = "libhsa-runtime64-1";
+const HSA_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1";
+
+fn setup_hsa() -> Result<()> {
+    if Path::new(HSA_LIBRARY).exists() {
+        return Ok(());
+    }
+    step(&format!("installing Debian's HSA runtime ({HSA_PACKAGE})"));
+    let apt = |args: &[&str]| {
+        let mut c = if is_root() {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg("apt-get");
+            c
+        };
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    run(&mut apt(&["update", "-q"]), "apt-get update")?;
+    run(
+        &mut apt(&[
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            HSA_PACKAGE,
+        ]),
+        "apt-get install libhsa-runtime64-1",
+    )?;
+    if !Path::new(HSA_LIBRARY).exists() {
+        return Err(format!(
+            "{HSA_PACKAGE} is installed but {HSA_LIBRARY} is missing"
+        ));
+    }
+    Ok(())
 }
 
 fn is_root() -> bool {
@@ -247,12 +338,18 @@ fn setup_triton() -> Result<()> {
     Ok(())
 }
 
-/// Compiles the foreign corpus with Triton: the MXFP4 GEMMs into `dir` and the kernel zoo
-/// (kernels with inputs and expected outputs) into `dir/zoo`, each once per version of its
-/// script.
+/// Compiles the foreign corpus with Triton: the MXFP4 GEMMs into `dir`, the kernel zoo
+/// (kernels with inputs and expected outputs) into `dir/zoo` and the FP8 paged attention cases
+/// into `dir/attention`, each once per version of its script.
 fn compile_foreign(py: &Path, dir: &Path) -> Result<()> {
     compile_corpus(py, "mxfp4_gemm.py", dir, "Triton MXFP4 corpus")?;
-    compile_corpus(py, "zoo.py", &dir.join("zoo"), "Triton kernel zoo")
+    compile_corpus(py, "zoo.py", &dir.join("zoo"), "Triton kernel zoo")?;
+    compile_corpus(
+        py,
+        "attention.py",
+        &dir.join("attention"),
+        "Triton FP8 paged attention",
+    )
 }
 
 /// Runs `scripts/triton/<script> out` unless `out/SCRIPT_HASH` says this version already did.

@@ -11,6 +11,7 @@ pub const KNOWN: &[&str] = &[
     "llvm.amdgcn.make.buffer.rsrc",
     "llvm.amdgcn.raw.ptr.buffer.load",
     "llvm.amdgcn.raw.ptr.buffer.store",
+    "llvm.amdgcn.raw.ptr.buffer.atomic.fadd",
     "llvm.amdgcn.raw.ptr.buffer.load.lds",
     "llvm.amdgcn.ds.read.tr4.b64",
     "llvm.amdgcn.ds.read.tr8.b64",
@@ -24,4 +25,9 @@ pub const KNOWN: &[&str] = &[
     "llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4",
     "llvm.amdgcn.mfma.f32.16x16x32.bf16",
     "llvm.amdgcn.mfma.f32.32x32x16.bf16",
+    "llvm.amdgcn.ds.bpermute",
+    "llvm.amdgcn.cvt.pk.fp8.f32",
+    "llvm.maxnum",
+    "llvm.exp2",
+    "llvm.fabs",
 ];

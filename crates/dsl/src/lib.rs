@@ -9,6 +9,7 @@
 mod atom;
 mod compile;
 mod error;
+mod float;
 mod int;
 pub mod intrinsics;
 mod kernel;
@@ -21,6 +22,7 @@ mod value;
 pub use atom::MmaAtom;
 pub use compile::{CompileOptions, Compiled, Timings, compile};
 pub use error::{DslError, Result};
+pub use float::FloatOp;
 /// The LLVM context a [`Kernel`] is built in (one per thread; kernels borrow it).
 pub use inkwell::context::Context;
 pub use int::Int;

@@ -124,6 +124,29 @@ impl<'ctx> Kernel<'ctx> {
         })
     }
 
+    /// `base + index * stride` bytes, in 64-bit arithmetic (`index` and `stride` are
+    /// non-negative `i32`s): the start of group `index` of a grouped allocation whose groups
+    /// are `stride` bytes apart, for a buffer resource over that group alone, so a tensor
+    /// past 2^31 bytes is still addressed with 32-bit offsets.
+    pub fn ptr_offset(
+        &self,
+        base: Ptr<'ctx>,
+        index: Int<'_, 'ctx>,
+        stride: Int<'_, 'ctx>,
+    ) -> Result<Ptr<'ctx>> {
+        let i64t = self.ctx.i64_type();
+        let i = self.builder.build_int_z_extend(index.value(), i64t, "")?;
+        let s = self.builder.build_int_z_extend(stride.value(), i64t, "")?;
+        let bytes = self.builder.build_int_nuw_mul(i, s, "")?;
+        // SAFETY: a byte GEP inside the caller's allocation (the group exists); an offset past
+        // it is an out-of-range access at run time, not host UB.
+        let p = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.ctx.i8_type(), base.0, &[bytes], "")?
+        };
+        Ok(Ptr(p))
+    }
+
     fn dword_type(&self, dwords: u32) -> Result<Ty> {
         if !(1..=4).contains(&dwords) {
             return Err(DslError::Operand {
@@ -208,19 +231,60 @@ impl<'ctx> Kernel<'ctx> {
         soffset: Int<'_, 'ctx>,
     ) -> Result<()> {
         let bytes = value.ty().bytes();
-        if !bytes.is_multiple_of(4) {
+        let sub_dword = value.ty().lanes == 1 && matches!(value.ty().elem, Elem::I8 | Elem::I16);
+        if !bytes.is_multiple_of(4) && !sub_dword {
             return Err(DslError::Operand {
                 op: "buffer_store",
-                rule: format!("{bytes} bytes: a buffer store moves whole dwords"),
+                rule: format!(
+                    "{:?}: a buffer store moves whole dwords, or one i8 or i16",
+                    value.ty()
+                ),
             });
         }
-        let value = self.bitcast(value, self.dword_type(bytes / 4)?)?.v;
+        // `buffer_store_byte` / `_short` for one i8 / i16, whole dwords otherwise.
+        let value = if sub_dword {
+            value.v
+        } else {
+            self.bitcast(value, self.dword_type(bytes / 4)?)?.v
+        };
         let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
         self.call_intrinsic(
             "llvm.amdgcn.raw.ptr.buffer.store",
             &[value.get_type()],
             &[
                 value.into(),
+                buf.rsrc.into(),
+                voffset.value().into(),
+                soffset.value().into(),
+                aux.into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `buffer_atomic_add_f32` / `buffer_atomic_pk_add_bf16`: adds `value` (an `f32`, or two
+    /// bf16 as `<2 x bf16>`) to memory at byte `voffset + soffset`, returning nothing. Out of
+    /// range offsets drop the add, as they drop stores.
+    pub fn buffer_atomic_fadd(
+        &self,
+        buf: &Buffer<'ctx>,
+        value: Value<'ctx>,
+        voffset: Int<'_, 'ctx>,
+        soffset: Int<'_, 'ctx>,
+    ) -> Result<()> {
+        if value.ty() != Ty::F32 && value.ty() != Ty::vector(Elem::Bf16, 2) {
+            return Err(DslError::Operand {
+                op: "buffer_atomic_fadd",
+                rule: format!("adds an f32 or <2 x bf16>, not {:?}", value.ty()),
+            });
+        }
+        let (voffset, soffset) = self.fold_offsets(voffset, soffset);
+        let aux = self.ctx.i32_type().const_int(buf.policy.aux_bits(), false);
+        self.call_intrinsic(
+            "llvm.amdgcn.raw.ptr.buffer.atomic.fadd",
+            &[value.v.get_type()],
+            &[
+                value.v.into(),
                 buf.rsrc.into(),
                 voffset.value().into(),
                 soffset.value().into(),

@@ -140,6 +140,11 @@ impl<'ctx> Value<'ctx> {
         Ok(Value { v, ty })
     }
 
+    /// Wraps an LLVM value whose type is known to be `ty`.
+    pub(crate) fn typed(v: BasicValueEnum<'ctx>, ty: Ty) -> Self {
+        Value { v, ty }
+    }
+
     /// Its type.
     pub fn ty(&self) -> Ty {
         self.ty
@@ -206,8 +211,8 @@ impl<'ctx> Kernel<'ctx> {
         Value::new(self.builder.build_bit_cast(v.v, ty.llvm(self), "")?)
     }
 
-    /// Converts each element to `elem`: floats round to nearest even when narrowing, integers
-    /// widen with zeros (index bytes and scale bytes are unsigned).
+    /// Converts each element to `elem`: floats round to nearest even when narrowing and widen
+    /// exactly, integers widen with zeros (index bytes and scale bytes are unsigned).
     pub fn convert(&self, v: Value<'ctx>, elem: Elem) -> Result<Value<'ctx>> {
         let to = Ty::vector(elem, v.ty.lanes);
         if v.ty == to {
@@ -224,6 +229,14 @@ impl<'ctx> Kernel<'ctx> {
                     .build_float_trunc(x.into_float_value(), t.into_float_type(), "")?
                     .into(),
             },
+            (true, true) if elem.bits() > v.ty.elem.bits() => match v.v {
+                BasicValueEnum::VectorValue(x) => {
+                    b.build_float_ext(x, t.into_vector_type(), "")?.into()
+                }
+                x => b
+                    .build_float_ext(x.into_float_value(), t.into_float_type(), "")?
+                    .into(),
+            },
             (false, false) if elem.bits() > v.ty.elem.bits() => match v.v {
                 BasicValueEnum::VectorValue(x) => {
                     b.build_int_z_extend(x, t.into_vector_type(), "")?.into()
@@ -236,7 +249,7 @@ impl<'ctx> Kernel<'ctx> {
                 return Err(DslError::Operand {
                     op: "convert",
                     rule: format!(
-                        "{:?} to {elem:?}: only narrowing floats and widening integers",
+                        "{:?} to {elem:?}: only between float widths and widening integers",
                         v.ty
                     ),
                 });

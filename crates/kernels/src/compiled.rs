@@ -154,32 +154,87 @@ impl KernelSpec {
     /// build).
     pub fn build_with(&self, options: CompileOptions) -> Result<CompiledKernel, BuildError> {
         self.validate()?;
-        let ctx = Context::create();
         let name = self.kernel_name();
         let attrs = KernelAttrs {
             workgroup_size: self.threads(),
             waves_per_eu: self.waves_per_eu,
         };
-        let compile_err = BuildError::Compile;
-        let k = Kernel::new(&ctx, &name, &gemm::params(), attrs).map_err(compile_err)?;
-        match self.variant {
-            Variant::Preb => preb::build(&k, self),
-            Variant::Lds => lds::build(&k, self),
-        }
-        .and_then(|()| k.finish())
-        .map_err(compile_err)?;
-        let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
-        let report = ResourceReport::read(&out.code_object, &name).map_err(BuildError::Report)?;
+        let built = compile_kernel(&name, &gemm::params(), attrs, options, |k| {
+            match self.variant {
+                Variant::Preb => preb::build(k, self),
+                Variant::Lds => lds::build(k, self),
+            }
+        })?;
         Ok(CompiledKernel {
             spec: self.clone(),
-            name,
-            code_object: out.code_object,
-            asm: out.asm.unwrap_or_default(),
-            ir: out.ir.unwrap_or_default(),
-            report,
+            name: built.name,
+            code_object: built.code_object,
+            asm: built.asm,
+            ir: built.ir,
+            report: built.report,
             cache_key: self.cache_key(),
-            timings: out.timings,
-            diagnostics: out.diagnostics,
+            timings: built.timings,
+            diagnostics: built.diagnostics,
+        })
+    }
+}
+
+/// What compiling one kernel body gives, before it is wrapped for its family.
+#[derive(Debug, Clone)]
+pub(crate) struct Built {
+    pub(crate) name: String,
+    pub(crate) code_object: Vec<u8>,
+    pub(crate) asm: String,
+    pub(crate) ir: String,
+    pub(crate) report: ResourceReport,
+    pub(crate) timings: Timings,
+    pub(crate) diagnostics: Vec<String>,
+}
+
+/// Declares kernel `name` with `signature`, emits its body with `body`, compiles it in process
+/// and reads its resources back: the path every kernel family shares.
+pub(crate) fn compile_kernel(
+    name: &str,
+    signature: &tilegen_dsl::Signature,
+    attrs: KernelAttrs,
+    options: CompileOptions,
+    body: impl FnOnce(&Kernel<'_>) -> tilegen_dsl::Result<()>,
+) -> Result<Built, BuildError> {
+    let ctx = Context::create();
+    let compile_err = BuildError::Compile;
+    let k = Kernel::new(&ctx, name, signature, attrs).map_err(compile_err)?;
+    body(&k).and_then(|()| k.finish()).map_err(compile_err)?;
+    let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
+    let report = ResourceReport::read(&out.code_object, name).map_err(BuildError::Report)?;
+    Ok(Built {
+        name: name.to_string(),
+        code_object: out.code_object,
+        asm: out.asm.unwrap_or_default(),
+        ir: out.ir.unwrap_or_default(),
+        report,
+        timings: out.timings,
+        diagnostics: out.diagnostics,
+    })
+}
+
+impl CompiledKernel {
+    /// A kernel compiled earlier (a kernel pack's, a compile cache's): `code_object` must hold
+    /// the kernel `spec` names. The spec is validated and the report read back; the listing
+    /// and IR are empty and the timings zero. Nothing is compiled.
+    pub fn from_code_object(spec: KernelSpec, code_object: Vec<u8>) -> Result<Self, BuildError> {
+        spec.validate()?;
+        let name = spec.kernel_name();
+        let report = ResourceReport::read(&code_object, &name).map_err(BuildError::Report)?;
+        Ok(CompiledKernel {
+            cache_key: spec.cache_key(),
+            spec,
+            name,
+            code_object,
+            asm: String::new(),
+            ir: String::new(),
+            report,
+            timings: Timings::default(),
+            diagnostics: Vec::new(),
         })
     }
 }

@@ -52,22 +52,11 @@ pub fn params() -> Signature {
     signature().0
 }
 
-/// The launch's sizes and its work-item coordinates.
-pub struct Ctx<'k, 'ctx> {
+/// A workgroup's work-item coordinates: what every kernel reads whatever its parameters.
+#[derive(Clone, Copy)]
+pub struct Threads<'k, 'ctx> {
     /// The kernel.
     pub k: &'k Kernel<'ctx>,
-    /// Its parameters.
-    pub params: GemmParams,
-    /// Rows of A and C.
-    pub m: Int<'k, 'ctx>,
-    /// Rows of B, columns of C.
-    pub n: Int<'k, 'ctx>,
-    /// K in elements.
-    pub kdim: Int<'k, 'ctx>,
-    /// Bytes per row of A/B (K / 2).
-    pub kb: Int<'k, 'ctx>,
-    /// Scales per row (K / 32).
-    pub ks: Int<'k, 'ctx>,
     /// Work-item id in the workgroup.
     pub tid: Int<'k, 'ctx>,
     /// Lane in the wave.
@@ -78,33 +67,14 @@ pub struct Ctx<'k, 'ctx> {
     pub warps: i64,
 }
 
-impl<'k, 'ctx> Ctx<'k, 'ctx> {
-    /// Reads sizes and ids of a kernel declared with [`params`].
+impl<'k, 'ctx> Threads<'k, 'ctx> {
+    /// Reads the work-item id of a kernel with `warps` waves per workgroup.
     pub fn new(k: &'k Kernel<'ctx>, warps: i64) -> Result<Self> {
-        let (sig, params) = signature();
-        if k.signature() != &sig {
-            return Err(DslError::Operand {
-                op: "gemm",
-                rule: format!(
-                    "kernel `{}` was not declared with the GEMM signature",
-                    k.name()
-                ),
-            });
-        }
-        let m = k.i32_arg(params.m)?;
-        let n = k.i32_arg(params.n)?;
-        let kdim = k.i32_arg(params.k)?;
         let tid = k.thread_id()?;
         // tid / 64 is the same for every lane of a wave; say so, so it lives in an SGPR.
         let wave = k.readfirstlane(tid / 64)?;
-        Ok(Ctx {
+        Ok(Threads {
             k,
-            params,
-            m,
-            n,
-            kdim,
-            kb: kdim / 2,
-            ks: kdim / 32,
             tid,
             lane: tid % 64,
             wave,
@@ -134,6 +104,70 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
             (cols.idx().mul(&Idx::Static(elem)), Idx::Static(elem)),
         )
         .expect("two leaves are congruent with two leaves")
+    }
+}
+
+/// The launch's sizes and its work-item coordinates (the work-items' through `Deref`).
+pub struct Ctx<'k, 'ctx> {
+    /// The work-item coordinates.
+    pub threads: Threads<'k, 'ctx>,
+    /// Its parameters.
+    pub params: GemmParams,
+    /// Rows of A and C.
+    pub m: Int<'k, 'ctx>,
+    /// Rows of B, columns of C.
+    pub n: Int<'k, 'ctx>,
+    /// K in elements.
+    pub kdim: Int<'k, 'ctx>,
+    /// Bytes per row of A/B (K / 2).
+    pub kb: Int<'k, 'ctx>,
+    /// Scales per row (K / 32).
+    pub ks: Int<'k, 'ctx>,
+}
+
+impl<'k, 'ctx> std::ops::Deref for Ctx<'k, 'ctx> {
+    type Target = Threads<'k, 'ctx>;
+    fn deref(&self) -> &Threads<'k, 'ctx> {
+        &self.threads
+    }
+}
+
+impl<'k, 'ctx> Ctx<'k, 'ctx> {
+    /// Reads sizes and ids of a kernel declared with [`params`].
+    pub fn new(k: &'k Kernel<'ctx>, warps: i64) -> Result<Self> {
+        let (sig, params) = signature();
+        if k.signature() != &sig {
+            return Err(DslError::Operand {
+                op: "gemm",
+                rule: format!(
+                    "kernel `{}` was not declared with the GEMM signature",
+                    k.name()
+                ),
+            });
+        }
+        let m = k.i32_arg(params.m)?;
+        let n = k.i32_arg(params.n)?;
+        let kdim = k.i32_arg(params.k)?;
+        let tid = k.thread_id()?;
+        // tid / 64 is the same for every lane of a wave; say so, so it lives in an SGPR.
+        let wave = k.readfirstlane(tid / 64)?;
+        // The same values, in the same order, as before `Threads` was split out.
+        let (kb, ks) = (kdim / 2, kdim / 32);
+        Ok(Ctx {
+            threads: Threads {
+                k,
+                tid,
+                lane: tid % 64,
+                wave,
+                warps,
+            },
+            params,
+            m,
+            n,
+            kdim,
+            kb,
+            ks,
+        })
     }
 }
 
@@ -207,7 +241,7 @@ pub fn operand_swizzle(spec: &KernelSpec, row_bytes: i64) -> Result<SwizzleChain
 #[allow(clippy::too_many_arguments)]
 #[must_use = "LDS writes through VGPRs are returned, not emitted: pass them to commit_tile"]
 pub fn stage_tile<'k, 'ctx>(
-    cx: &Ctx<'k, 'ctx>,
+    cx: &Threads<'k, 'ctx>,
     src: &Buffer<'ctx>,
     global: &Layout<Int<'k, 'ctx>>,
     row0: Int<'k, 'ctx>,
@@ -331,7 +365,7 @@ pub fn stage_tile<'k, 'ctx>(
 
 /// Emits the LDS writes [`stage_tile`] left pending.
 pub fn commit_tile<'k, 'ctx>(
-    cx: &Ctx<'k, 'ctx>,
+    cx: &Threads<'k, 'ctx>,
     lds: &Lds<'ctx>,
     pending: PendingWrites<'k, 'ctx>,
 ) -> Result<()> {
@@ -348,7 +382,7 @@ pub fn commit_tile<'k, 'ctx>(
 /// global scale matrix into LDS, one dword per work-item and round.
 #[allow(clippy::too_many_arguments)]
 pub fn stage_scales<'k, 'ctx>(
-    cx: &Ctx<'k, 'ctx>,
+    cx: &Threads<'k, 'ctx>,
     src: &Buffer<'ctx>,
     global: &Layout<Int<'k, 'ctx>>,
     row0: Int<'k, 'ctx>,

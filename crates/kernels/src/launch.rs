@@ -1,10 +1,10 @@
 //! Running a compiled GEMM on a device: host-side input preparation (the preshuffles the
 //! variant expects), launch geometry, and the argument list.
 
-use tilegen_mx::{Comparison, MxError, MxMatrix, Reference, Shuffler};
-use tilegen_runtime::{
-    ArgValue, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
+use tilegen_device::{
+    ArgValue, Buffer, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
 };
+use tilegen_mx::{Comparison, MxError, MxMatrix, Reference, Shuffler};
 
 use crate::compiled::CompiledKernel;
 use crate::spec::{OutDtype, Variant};
@@ -233,7 +233,57 @@ pub struct GemmBuffers {
     pub sfb: DevicePtr,
 }
 
+/// Bytes of each buffer of one GEMM, in the layouts the kernel's variant reads (what
+/// [`CompiledKernel::prepare_inputs`] makes for the shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmBufferSizes {
+    /// C.
+    pub c: u64,
+    /// A.
+    pub a: u64,
+    /// B.
+    pub b: u64,
+    /// A scales (padded as the variant pads them).
+    pub sfa: u64,
+    /// B scales.
+    pub sfb: u64,
+}
+
 impl CompiledKernel {
+    /// The buffer sizes of an `m x n x k` problem (checked against the kernel's rules).
+    pub fn buffer_sizes(&self, m: usize, n: usize, k: usize) -> Result<GemmBufferSizes, LaunchError> {
+        check_problem(m, n, k, self.spec.out_dtype.bytes() as usize)?;
+        let (sfa, sfb) = match self.spec.variant {
+            Variant::Lds => (m * k / 32, n * k / 32),
+            Variant::Preb => {
+                let s = Shuffler::new(1)?;
+                (s.scale_len(m, k / 32)?, s.scale_len(n, k / 32)?)
+            }
+        };
+        Ok(GemmBufferSizes {
+            c: self.c_bytes(m, n) as u64,
+            a: (m * k / 2) as u64,
+            b: (n * k / 2) as u64,
+            sfa: sfa as u64,
+            sfb: sfb as u64,
+        })
+    }
+
+    /// The kernel's explicit arguments for buffers `bufs` and an `m x n x k` problem, in its
+    /// signature's order.
+    pub fn arguments(&self, bufs: &GemmBuffers, m: usize, n: usize, k: usize) -> [ArgValue; 8] {
+        [
+            ArgValue::Ptr(bufs.c),
+            ArgValue::Ptr(bufs.a),
+            ArgValue::Ptr(bufs.b),
+            ArgValue::Ptr(bufs.sfa),
+            ArgValue::Ptr(bufs.sfb),
+            ArgValue::I32(m as i32),
+            ArgValue::I32(n as i32),
+            ArgValue::I32(k as i32),
+        ]
+    }
+
     /// Workgroups for an `m x n` output: `(ceil(N / BN), ceil(M / BM), 1)`.
     pub fn grid(&self, m: usize, n: usize) -> [u32; 3] {
         [
@@ -278,17 +328,8 @@ impl CompiledKernel {
         k: usize,
     ) -> Result<LaunchReport, LaunchError> {
         check_problem(m, n, k, self.spec.out_dtype.bytes() as usize)?;
-        let args = [
-            ArgValue::Ptr(bufs.c),
-            ArgValue::Ptr(bufs.a),
-            ArgValue::Ptr(bufs.b),
-            ArgValue::Ptr(bufs.sfa),
-            ArgValue::Ptr(bufs.sfb),
-            ArgValue::I32(m as i32),
-            ArgValue::I32(n as i32),
-            ArgValue::I32(k as i32),
-        ];
-        Ok(tilegen_runtime::launch(
+        let args = self.arguments(bufs, m, n, k);
+        Ok(tilegen_device::launch(
             device,
             module,
             self.name(),
@@ -297,50 +338,62 @@ impl CompiledKernel {
         )?)
     }
 
-    /// Copies `inputs` to the device, runs, copies C back and frees the buffers.
+    /// Loads the code object, copies `inputs` to the device, runs, copies C back; the module
+    /// is unloaded and the buffers freed on every path. To run a kernel many times, load it
+    /// once with [`CompiledKernel::load`] and call [`CompiledKernel::run_loaded`].
     pub fn run(
         &self,
         device: &dyn Device,
         inputs: &GemmInputs,
     ) -> Result<(GemmOutput, LaunchReport), LaunchError> {
+        self.check_inputs(inputs)?;
+        let module = self.load(device)?;
+        self.run_loaded(device, &module, inputs)
+    }
+
+    /// [`CompiledKernel::run`] with a module [`CompiledKernel::load`] made: buffers are
+    /// allocated for the run and freed on every path, errors included.
+    pub fn run_loaded(
+        &self,
+        device: &dyn Device,
+        module: &Module,
+        inputs: &GemmInputs,
+    ) -> Result<(GemmOutput, LaunchReport), LaunchError> {
+        self.check_inputs(inputs)?;
+        let c_len = self.c_bytes(inputs.m, inputs.n);
+        let c = Buffer::new(device, c_len as u64)?;
+        let a = Buffer::upload(device, &inputs.a)?;
+        let b = Buffer::upload(device, &inputs.b)?;
+        let sfa = Buffer::upload(device, &inputs.sfa)?;
+        let sfb = Buffer::upload(device, &inputs.sfb)?;
+        let bufs = GemmBuffers {
+            c: c.ptr(),
+            a: a.ptr(),
+            b: b.ptr(),
+            sfa: sfa.ptr(),
+            sfb: sfb.ptr(),
+        };
+        let report = self.launch(device, module, &bufs, inputs.m, inputs.n, inputs.k)?;
+        let bytes = c.to_vec()?;
+        for buffer in [c, a, b, sfa, sfb] {
+            buffer.free()?;
+        }
+        let c = GemmOutput {
+            m: inputs.m,
+            n: inputs.n,
+            dtype: self.spec.out_dtype,
+            bytes,
+        };
+        Ok((c, report))
+    }
+
+    fn check_inputs(&self, inputs: &GemmInputs) -> Result<(), LaunchError> {
         if inputs.variant != self.spec.variant {
             return Err(LaunchError::InputsFor {
                 inputs: inputs.variant,
                 kernel: self.spec.variant,
             });
         }
-        let module = self.load(device)?;
-        let c_len = self.c_bytes(inputs.m, inputs.n);
-        let mut owned = Vec::new();
-        let mut upload = |bytes: &[u8], len: usize| -> Result<DevicePtr, LaunchError> {
-            let p = device.alloc(len.max(1) as u64)?;
-            owned.push(p);
-            device.copy_to_device(p, bytes)?;
-            Ok(p)
-        };
-        let bufs = GemmBuffers {
-            c: upload(&[], c_len)?,
-            a: upload(&inputs.a, inputs.a.len())?,
-            b: upload(&inputs.b, inputs.b.len())?,
-            sfa: upload(&inputs.sfa, inputs.sfa.len())?,
-            sfb: upload(&inputs.sfb, inputs.sfb.len())?,
-        };
-        let result = self
-            .launch(device, &module, &bufs, inputs.m, inputs.n, inputs.k)
-            .and_then(|report| {
-                let mut bytes = vec![0u8; c_len];
-                device.copy_from_device(bufs.c, &mut bytes)?;
-                let c = GemmOutput {
-                    m: inputs.m,
-                    n: inputs.n,
-                    dtype: self.spec.out_dtype,
-                    bytes,
-                };
-                Ok((c, report))
-            });
-        for p in owned {
-            device.free(p)?;
-        }
-        result
+        Ok(())
     }
 }

@@ -9,10 +9,12 @@
 #![deny(missing_docs)]
 
 pub mod asm;
+pub mod attention;
 mod compiled;
 pub mod gemm;
 mod launch;
 mod lds;
+pub mod loader;
 pub mod moe;
 pub mod paged;
 pub mod mma;
@@ -20,7 +22,9 @@ mod preb;
 mod spec;
 
 pub use compiled::{BuildError, CompiledKernel, Kernarg, ReportError, ResourceReport, occupancy};
-pub use launch::{GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem};
+pub use launch::{
+    GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem,
+};
 pub use spec::{
     CachePolicy, KernelSpec, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
 };

@@ -6,6 +6,11 @@
 //! B across M waves) and `WN` columns; waves split `BN`. Every fragment, scale and accumulator
 //! position comes from the atom's layouts applied to the Shuffler's layouts, so the kernel runs
 //! with either MFMA shape: a 16-byte FP4 fragment is contiguous in the preshuffled B for both.
+//!
+//! The pipeline is written once over its operands ([`Mainloop`]): where A's tiles and scales
+//! come from is an [`AOperand`] (contiguous rows here, gathered or sorted rows in the grouped
+//! MoE kernels), B is a view of one `[N, K]` preshuffled matrix and its scales, and the
+//! epilogue is the caller's.
 
 use tilegen_dsl::{
     Buffer, CachePolicy, DevIdx, DevLayout, Int, Kernel, Lds, MfmaShape, MmaAtom, Result, Storage,
@@ -15,7 +20,7 @@ use tilegen_layout::{Coord, Idx, Layout};
 use tilegen_mx::Shuffler;
 
 use crate::atom::ScaleSel;
-use crate::gemm::{self, Ctx};
+use crate::gemm::{self, Ctx, Threads};
 use crate::mma::BlockScaledMmaOp;
 use crate::spec::KernelSpec;
 
@@ -25,13 +30,13 @@ const FP4_BITS: u32 = 4;
 /// One operand's preshuffled scales, as two views of the same layout split at dword
 /// granularity: `dwords` addresses the dword a lane loads, `bytes` (no memory) the byte within
 /// it that the MFMA's `op_sel` (or a shift) picks.
-struct Scales<'k, 'ctx> {
+pub(crate) struct Scales<'k, 'ctx> {
     dwords: TileTensor<'k, 'ctx>,
     bytes: TileTensor<'k, 'ctx>,
 }
 
 /// A lane's scale fragments for one stage: which dword each MMA tile and K step reads.
-struct ScaleFrags<'k, 'ctx> {
+pub(crate) struct ScaleFrags<'k, 'ctx> {
     dwords: TileTensor<'k, 'ctx>,
     bytes: TileTensor<'k, 'ctx>,
     /// Distinct dwords in load order, as `(tile, step)` of their first reader.
@@ -42,7 +47,7 @@ struct ScaleFrags<'k, 'ctx> {
 
 impl<'k, 'ctx> Scales<'k, 'ctx> {
     /// The view of scale tensor `buf` in the Shuffler's layout over `mn_padded` rows.
-    fn new(
+    pub(crate) fn new(
         k: &'k Kernel<'ctx>,
         buf: Buffer<'ctx>,
         mn_padded: Int<'k, 'ctx>,
@@ -59,8 +64,8 @@ impl<'k, 'ctx> Scales<'k, 'ctx> {
     }
 
     /// A lane's fragments for stage `t` of `k_blocks` K blocks, of the wave's rows `rows` (see
-    /// [`PreB::rows`]).
-    fn fragments(
+    /// [`Mainloop::b_rows`]).
+    pub(crate) fn fragments(
         &self,
         sf: impl Fn(&TileTensor<'k, 'ctx>) -> Result<TileTensor<'k, 'ctx>>,
         rows: Rows<'k, 'ctx>,
@@ -117,7 +122,22 @@ impl<'k, 'ctx> Scales<'k, 'ctx> {
     }
 }
 
+/// A lane's scale fragments for one pipeline stage, whatever their layout: the dwords to
+/// load, and the byte of a loaded dword each MMA tile and K step uses.
+pub(crate) trait ScaleFragments<'k, 'ctx> {
+    /// Loads the dwords this stage needs.
+    fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>>;
+    /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`.
+    fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>>;
+}
+
 impl<'k, 'ctx> ScaleFrags<'k, 'ctx> {
+    fn lane_byte(&self) -> Result<DevIdx<'k, 'ctx>> {
+        Ok(self.bytes.offset_parts(&Coord::from((0, 0, 0)))?.1)
+    }
+}
+
+impl<'k, 'ctx> ScaleFragments<'k, 'ctx> for ScaleFrags<'k, 'ctx> {
     /// Loads the distinct dwords. A byte offset that is the lane's own (a 32-row MMA tile's
     /// lanes span both 16-row halves of a dword) is shifted out here, once per dword.
     fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
@@ -135,10 +155,6 @@ impl<'k, 'ctx> ScaleFrags<'k, 'ctx> {
                 })
             })
             .collect()
-    }
-
-    fn lane_byte(&self) -> Result<DevIdx<'k, 'ctx>> {
-        Ok(self.bytes.offset_parts(&Coord::from((0, 0, 0)))?.1)
     }
 
     /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`: a byte known at
@@ -174,14 +190,14 @@ fn shift_bytes<'k, 'ctx>(v: Int<'k, 'ctx>, bytes: &DevIdx<'k, 'ctx>) -> Int<'k, 
 
 /// A wave's rows of an operand: row tile `tile` of `rows` rows.
 #[derive(Clone, Copy)]
-struct Rows<'k, 'ctx> {
-    rows: i64,
-    tile: Int<'k, 'ctx>,
+pub(crate) struct Rows<'k, 'ctx> {
+    pub(crate) rows: i64,
+    pub(crate) tile: Int<'k, 'ctx>,
 }
 
 impl<'k, 'ctx> Rows<'k, 'ctx> {
     /// These rows of `view` (`(rows, K)`), K tile `t` of `cols` columns.
-    fn of(
+    pub(crate) fn of(
         &self,
         view: &TileTensor<'k, 'ctx>,
         cols: i64,
@@ -197,26 +213,111 @@ struct BRegs<'ctx> {
     scales: Vec<Var<'ctx>>,
 }
 
-struct PreB<'s, 'k, 'ctx> {
-    spec: &'s KernelSpec,
-    cx: Ctx<'k, 'ctx>,
-    a: Buffer<'ctx>,
-    a_global: DevLayout<'k, 'ctx>,
+/// Where a [`Mainloop`]'s A operand comes from: how a K tile of its `BM` rows is staged into
+/// an LDS slot, and a lane's scale fragments for a stage.
+pub(crate) trait AOperand<'k, 'ctx> {
+    /// Issues the global loads of A's `[BM, steps * step_bytes]` bytes from K byte `kb0` into
+    /// LDS slot `slot`; through VGPRs, the LDS writes are returned for later (see
+    /// [`gemm::stage_tile`]).
+    fn stage_issue(
+        &self,
+        ml: &Mainloop<'_, 'k, 'ctx, Self>,
+        slot: usize,
+        kb0: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<gemm::PendingWrites<'k, 'ctx>>
+    where
+        Self: Sized;
+
+    /// A lane's A scale fragments for stage `t` of `steps` K steps.
+    fn scales(
+        &self,
+        ml: &Mainloop<'_, 'k, 'ctx, Self>,
+        t: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<Box<dyn ScaleFragments<'k, 'ctx> + 'k>>
+    where
+        Self: Sized;
+}
+
+/// A: rows `tile * BM ..` of a row-major `[M, K/2]` matrix, its scales in the Shuffler's 4D
+/// layout over `M` padded to 32 rows (the GEMM; the grouped down projection over sorted rows).
+pub(crate) struct RowsA<'k, 'ctx> {
+    /// The matrix.
+    pub(crate) buf: Buffer<'ctx>,
+    /// Its row-major layout in bytes.
+    pub(crate) global: DevLayout<'k, 'ctx>,
+    /// The workgroup's row tile (in units of `BM`).
+    pub(crate) tile: Int<'k, 'ctx>,
+    /// Its scales.
+    pub(crate) sfa: Scales<'k, 'ctx>,
+}
+
+impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
+    fn stage_issue(
+        &self,
+        ml: &Mainloop<'_, 'k, 'ctx, Self>,
+        slot: usize,
+        kb0: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
+        gemm::stage_tile(
+            &ml.th,
+            &self.buf,
+            &self.global,
+            self.tile * ml.spec.bm as i64,
+            kb0,
+            &ml.slots[slot],
+            ml.spec.bm as i64,
+            steps * ml.step_bytes(),
+            ml.spec.dram_to_lds,
+            &gemm::operand_swizzle(ml.spec, steps * ml.step_bytes())?,
+        )
+    }
+
+    fn scales(
+        &self,
+        ml: &Mainloop<'_, 'k, 'ctx, Self>,
+        t: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<Box<dyn ScaleFragments<'k, 'ctx> + 'k>> {
+        let atom = &ml.mma.atom;
+        let lane = ml.th.lane;
+        let k_blocks = steps * ml.k_blocks_per_step();
+        let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfa(atom, lane);
+        let rows = Rows {
+            rows: ml.spec.bm as i64,
+            tile: self.tile,
+        };
+        Ok(Box::new(self.sfa.fragments(sf, rows, k_blocks, t)?))
+    }
+}
+
+/// The preshuffled-B pipeline of one workgroup: `BM` rows of A (from an [`AOperand`]) times a
+/// `BN`-column tile of B, accumulated in [`Mainloop::mma`]; the caller runs
+/// [`Mainloop::run`] and then its epilogue on the accumulators.
+pub(crate) struct Mainloop<'s, 'k, 'ctx, A> {
+    pub(crate) spec: &'s KernelSpec,
+    pub(crate) th: Threads<'k, 'ctx>,
+    /// K in elements.
+    pub(crate) kdim: Int<'k, 'ctx>,
+    pub(crate) a: A,
     /// B in FP4 elements over the preshuffled layout, `(n, k)`.
-    b: TileTensor<'k, 'ctx>,
-    sfa: Scales<'k, 'ctx>,
-    sfb: Scales<'k, 'ctx>,
-    slots: Vec<Lds<'ctx>>,
-    mma: BlockScaledMmaOp<'k, 'ctx>,
-    /// Workgroup tile coordinates.
-    bid_x: Int<'k, 'ctx>,
-    bid_y: Int<'k, 'ctx>,
-    nm: usize,
-    nn: usize,
+    pub(crate) b: TileTensor<'k, 'ctx>,
+    pub(crate) sfb: Scales<'k, 'ctx>,
+    /// The workgroup's column tile of B (in units of `BN`).
+    pub(crate) b_tile: Int<'k, 'ctx>,
+    pub(crate) slots: Vec<Lds<'ctx>>,
+    pub(crate) mma: BlockScaledMmaOp<'k, 'ctx>,
+    pub(crate) nm: usize,
+    pub(crate) nn: usize,
     /// K elements of one MFMA.
-    step_elems: i64,
+    pub(crate) step_elems: i64,
     /// K bytes per full tile.
-    tile_bytes: i64,
+    pub(crate) tile_bytes: i64,
+    /// Emit the loop over the K past the last full tile (the GEMM's launch contract allows
+    /// such K; a caller whose K is always whole tiles leaves it out).
+    pub(crate) tail: bool,
 }
 
 /// Emits the body of the preshuffled-B kernel for `spec` (already validated).
@@ -226,67 +327,120 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
     let p = cx.params;
     // Scale rows are padded to the Shuffler's 32-row block, as the host preshuffle pads them.
-    let blk = Shuffler::S_MN_BLOCK as i64;
-    let pad32 = |v: Int<'k, 'ctx>| (v + (blk - 1)) / blk * blk;
     let a = cx.buffer(p.a, m * kb, CachePolicy::Always)?;
     let b = cx.buffer(p.b, n * kb, spec.b_cache_policy)?;
     let sfa = cx.buffer(p.sfa, pad32(m) * ks, CachePolicy::Always)?;
     let sfb = cx.buffer(p.sfb, pad32(n) * ks, CachePolicy::Always)?;
-    // The same layouts the host preshuffle writes with, here over run-time N, M and K.
-    let b5 = Shuffler::b_5d_layout(Idx::Static(1), n.idx(), kb.idx());
-    let b_nk = downcast(&Layout::from_modes(vec![b5.mode(1)?, b5.mode(2)?]), 2)?;
-    let b = TileTensor::packed(k, Storage::Global(b), b_nk, FP4_BITS)?;
-    let shape: MfmaShape = spec.mma;
-    let mn = shape.mn() as usize;
-    let tile_bytes = spec.bk_elems as i64 / 2;
-    // One A slot, or two with b_prefetch: the spec's LDS plan.
-    let slots = crate::gemm::alloc_lds(k, spec)?;
-    let (nm, nn) = (spec.bm as usize / mn, spec.wn as usize / mn);
-    let mma = BlockScaledMmaOp::new(k, shape, nm, nn)?;
+    let b = b_view(k, b, n, kb)?;
+    let (slots, mma) = mma_state(k, spec)?;
     let bid_x = k.block_id_x()?;
     let bid_y = k.block_id_y()?;
-    let p = PreB {
-        spec,
-        a,
-        a_global: cx.row_major(m, kb, 1),
-        b,
+    let a = RowsA {
+        buf: a,
+        global: cx.row_major(m, kb, 1),
+        tile: bid_y,
         sfa: Scales::new(k, sfa, pad32(m), ks)?,
-        sfb: Scales::new(k, sfb, pad32(n), ks)?,
-        slots,
-        mma,
-        bid_x,
-        bid_y,
-        nm,
-        nn,
-        step_elems: shape.k() as i64,
-        tile_bytes,
-        cx,
     };
-    p.main_loop()?;
-    p.tail()?;
+    let sfb = Scales::new(k, sfb, pad32(n), ks)?;
+    let p = Mainloop::new(spec, *cx, cx.kdim, a, b, sfb, bid_x, slots, mma, true);
+    p.run()?;
     let (bm, bn, wn) = (spec.bm as i64, spec.bn as i64, spec.wn as i64);
-    let wave = ([bm, wn], [p.k().i32(0), p.cx.wave]);
+    let wave = ([bm, wn], [p.k().i32(0), p.th.wave]);
     gemm::store_c(
-        &p.cx,
+        &cx,
         &p.mma,
-        ([bm, bn], [p.bid_y, p.bid_x]),
+        ([bm, bn], [bid_y, bid_x]),
         wave,
         spec.out_dtype,
     )
 }
 
-impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
-    fn k(&self) -> &'k Kernel<'ctx> {
-        self.cx.k
+/// `v` rounded up to the Shuffler's 32-row scale block, as the host preshuffle pads scale rows.
+pub(crate) fn pad32<'k, 'ctx>(v: Int<'k, 'ctx>) -> Int<'k, 'ctx> {
+    let blk = Shuffler::S_MN_BLOCK as i64;
+    (v + (blk - 1)) / blk * blk
+}
+
+/// The `(n, k)` FP4 view of a preshuffled `[n, K]` B in `buf` (`kb` = K / 2 bytes per row):
+/// the same layout the host preshuffle writes with, over run-time N and K.
+pub(crate) fn b_view<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    buf: Buffer<'ctx>,
+    n: Int<'k, 'ctx>,
+    kb: Int<'k, 'ctx>,
+) -> Result<TileTensor<'k, 'ctx>> {
+    let b5 = Shuffler::b_5d_layout(Idx::Static(1), n.idx(), kb.idx());
+    let b_nk = downcast(&Layout::from_modes(vec![b5.mode(1)?, b5.mode(2)?]), 2)?;
+    TileTensor::packed(k, Storage::Global(buf), b_nk, FP4_BITS)
+}
+
+/// The A slots of the spec's LDS plan (one, or two with b_prefetch) and the zeroed
+/// accumulators of a wave's `BM x WN` tile.
+pub(crate) fn mma_state<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    spec: &KernelSpec,
+) -> Result<(Vec<Lds<'ctx>>, BlockScaledMmaOp<'k, 'ctx>)> {
+    let shape: MfmaShape = spec.mma;
+    let mn = shape.mn() as usize;
+    let slots = crate::gemm::alloc_lds(k, spec)?;
+    let (nm, nn) = (spec.bm as usize / mn, spec.wn as usize / mn);
+    Ok((slots, BlockScaledMmaOp::new(k, shape, nm, nn)?))
+}
+
+impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
+    /// The pipeline for `spec` over its operands (`b_tile`: the workgroup's BN tile of B).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        spec: &'s KernelSpec,
+        th: Threads<'k, 'ctx>,
+        kdim: Int<'k, 'ctx>,
+        a: A,
+        b: TileTensor<'k, 'ctx>,
+        sfb: Scales<'k, 'ctx>,
+        b_tile: Int<'k, 'ctx>,
+        slots: Vec<Lds<'ctx>>,
+        mma: BlockScaledMmaOp<'k, 'ctx>,
+        tail: bool,
+    ) -> Self {
+        let shape: MfmaShape = spec.mma;
+        Mainloop {
+            spec,
+            th,
+            kdim,
+            a,
+            b,
+            sfb,
+            b_tile,
+            nm: mma.num_m,
+            nn: mma.num_n,
+            slots,
+            mma,
+            step_elems: shape.k() as i64,
+            tile_bytes: spec.bk_elems as i64 / 2,
+            tail,
+        }
+    }
+
+    /// Emits the K loop (and the tail, if asked for): the accumulators then hold the tile.
+    pub(crate) fn run(&self) -> Result<()> {
+        self.main_loop()?;
+        if self.tail {
+            self.tail()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn k(&self) -> &'k Kernel<'ctx> {
+        self.th.k
     }
 
     /// Full tiles of `BK_ELEMS`.
     fn tiles(&self) -> Int<'k, 'ctx> {
-        self.cx.kdim / self.spec.bk_elems as i64
+        self.kdim / self.spec.bk_elems as i64
     }
 
     /// Bytes of packed FP4 per row in one MFMA K step.
-    fn step_bytes(&self) -> i64 {
+    pub(crate) fn step_bytes(&self) -> i64 {
         self.step_elems / 2
     }
 
@@ -294,7 +448,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
     /// `kb0` into `slot`.
     fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, steps: i64) -> Result<()> {
         let pending = self.stage_a_issue(slot, kb0, steps)?;
-        gemm::commit_tile(&self.cx, &self.slots[slot], pending)
+        gemm::commit_tile(&self.th, &self.slots[slot], pending)
     }
 
     /// Issues the global loads of [`Self::stage_a`]; through VGPRs, the LDS writes are returned
@@ -305,55 +459,40 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         kb0: Int<'k, 'ctx>,
         steps: i64,
     ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
-        gemm::stage_tile(
-            &self.cx,
-            &self.a,
-            &self.a_global,
-            self.bid_y * self.spec.bm as i64,
-            kb0,
-            &self.slots[slot],
-            self.spec.bm as i64,
-            steps * self.step_bytes(),
-            self.spec.dram_to_lds,
-            &gemm::operand_swizzle(self.spec, steps * self.step_bytes())?,
-        )
+        self.a.stage_issue(self, slot, kb0, steps)
     }
 
-    /// The wave's rows of A (all `BM` of the workgroup's) and of B (its `WN` of the `BN`). B's
-    /// tile index counts in `WN`: a `BN` tile need not start on one of the Shuffler's 32-row
-    /// scale groups (BN = 48, say), so it cannot be tiled first and then split by waves.
-    fn rows(&self) -> [Rows<'k, 'ctx>; 2] {
+    /// The wave's rows of B: its `WN` of the workgroup's `BN` (A's are all `BM` of the
+    /// workgroup's). B's tile index counts in `WN`: a `BN` tile need not start on one of the
+    /// Shuffler's 32-row scale groups (BN = 48, say), so it cannot be tiled first and then split
+    /// by waves.
+    fn b_rows(&self) -> Rows<'k, 'ctx> {
         let s = self.spec;
-        let a = Rows {
-            rows: s.bm as i64,
-            tile: self.bid_y,
-        };
-        let b = Rows {
+        Rows {
             rows: s.wn as i64,
-            tile: self.bid_x * (s.bn / s.wn) as i64 + self.cx.wave,
-        };
-        [a, b]
+            tile: self.b_tile * (s.bn / s.wn) as i64 + self.th.wave,
+        }
     }
 
     /// A lane's B scale fragments for stage `t` of `steps` K steps.
     fn b_scales(&self, t: Int<'k, 'ctx>, steps: i64) -> Result<ScaleFrags<'k, 'ctx>> {
         let atom = &self.mma.atom;
-        let lane = self.cx.lane;
+        let lane = self.th.lane;
         let k_blocks = steps * self.k_blocks_per_step();
         let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfb(atom, lane);
-        self.sfb.fragments(sf, self.rows()[1], k_blocks, t)
+        self.sfb.fragments(sf, self.b_rows(), k_blocks, t)
     }
 
     /// A lane's A scale fragments for stage `t` of `steps` K steps.
-    fn a_scales(&self, t: Int<'k, 'ctx>, steps: i64) -> Result<ScaleFrags<'k, 'ctx>> {
-        let atom = &self.mma.atom;
-        let lane = self.cx.lane;
-        let k_blocks = steps * self.k_blocks_per_step();
-        let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfa(atom, lane);
-        self.sfa.fragments(sf, self.rows()[0], k_blocks, t)
+    fn a_scales(
+        &self,
+        t: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<Box<dyn ScaleFragments<'k, 'ctx> + 'k>> {
+        self.a.scales(self, t, steps)
     }
 
-    fn k_blocks_per_step(&self) -> i64 {
+    pub(crate) fn k_blocks_per_step(&self) -> i64 {
         self.step_elems / self.mma.atom.scale_block().unwrap_or(1)
     }
 
@@ -361,9 +500,10 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
     /// returns how many loads it issued.
     fn load_b(&self, regs: &BRegs<'ctx>, t: Int<'k, 'ctx>, steps: i64) -> Result<u32> {
         let k = self.k();
-        let frag = self.rows()[1]
+        let frag = self
+            .b_rows()
             .of(&self.b, steps * self.step_elems, t)?
-            .partition_b(&self.mma.atom, self.cx.lane)?;
+            .partition_b(&self.mma.atom, self.th.lane)?;
         let mut issued = 0;
         // Fragments in the order the MFMA chain consumes them (K step outer), so waits for the
         // first MFMAs do not cover the later loads. The per-N-tile part of the offset goes to
@@ -403,7 +543,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
         let a_frag = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
             .swizzled(gemm::operand_swizzle(self.spec, steps * self.step_bytes())?)?
-            .partition_a(&self.mma.atom, self.cx.lane)?;
+            .partition_a(&self.mma.atom, self.th.lane)?;
         let a_sf = self.a_scales(t, steps)?;
         let a_dwords = a_sf.load(k)?;
         let b_sf = self.b_scales(t, steps)?;
@@ -515,13 +655,13 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
                 if self.spec.dram_to_lds {
                     self.stage_a(cur, tile_kb(a_tile), steps)?;
                 } else {
-                    gemm::commit_tile(&self.cx, &self.slots[cur], pending)?;
+                    gemm::commit_tile(&self.th, &self.slots[cur], pending)?;
                 }
             } else {
                 let pending = self.stage_a_issue(nxt, tile_kb(b_tile), steps)?;
                 let issued = self.load_b(&regs[nxt], b_tile, steps)?;
                 self.compute(cur, &regs[cur], t, steps)?;
-                gemm::commit_tile(&self.cx, &self.slots[nxt], pending)?;
+                gemm::commit_tile(&self.th, &self.slots[nxt], pending)?;
                 self.stage_barrier(issued)?;
             }
             Ok(())
@@ -543,7 +683,7 @@ impl<'s, 'k, 'ctx> PreB<'s, 'k, 'ctx> {
         let k = self.k();
         let steps_per_tile = self.spec.bk_elems as i64 / self.step_elems;
         let first = self.tiles() * steps_per_tile;
-        let total = self.cx.kdim / self.step_elems;
+        let total = self.kdim / self.step_elems;
         let regs = self.new_regs(1)?;
         k.for_range(first, total, 1, |st| {
             self.stage_a(0, st * self.step_bytes(), 1)?;

@@ -8,13 +8,16 @@
 //! * The CDNA4 preshuffle layouts of B and of the scales: [`Shuffler`], built on
 //!   `tilegen_layout` and copied with [`copy_layout`].
 //! * Offline preshuffle of MXFP4 model weights in safetensors files: [`weights`].
+//! * The CPU reference of a grouped MXFP4 mixture-of-experts layer and its bounds: [`moe`].
 #![deny(missing_docs)]
 
+pub mod attention;
 mod copy;
 mod e8m0;
 mod error;
 mod fp4;
 mod fp8;
+pub mod moe;
 mod quant;
 mod reference;
 mod shuffle;

@@ -2,17 +2,19 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use tilegen_codeobj::CodeObject;
+use tilegen_device::{
+    Counters, Device, DeviceId, DevicePtr, Fault, LaunchConfig, LaunchReport, LaunchStats, Module,
+    RuntimeError, Signal,
+};
 use tilegen_emu::exec::launch::{EmuConfig, Emulator};
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 use tilegen_emu::exec::stats::{InstClass, Stats};
 use tilegen_emu::exec::{FaultKind, LaunchControl, Limits};
-
-use crate::{Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError, Signal};
 
 /// The emulated gfx950. Dispatches run to completion inside `dispatch` (workgroups in parallel
 /// on the host's cores); `wait` hands back the result.
@@ -22,17 +24,31 @@ use crate::{Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
 /// its cancellation flag (a Ctrl-C handler) to stop a dispatch with
 /// [`RuntimeError::Interrupted`], read its progress counters from another thread.
 pub struct EmuDevice {
-    emu: Mutex<Emulator>,
+    id: DeviceId,
+    emu: Arc<Mutex<Emulator>>,
     control: LaunchControl,
     limits: Limits,
-    modules: Mutex<HashMap<u64, Loaded>>,
     done: Mutex<HashMap<u64, Result<LaunchReport, RuntimeError>>>,
     next: AtomicU64,
 }
 
-struct Loaded {
-    code_object: Arc<CodeObject>,
+/// A code object loaded on the emulator: its kernels, decoded once; the image is freed when
+/// the module is dropped.
+struct EmuModule {
+    emu: Weak<Mutex<Emulator>>,
+    image_base: u64,
     programs: HashMap<String, Program>,
+}
+
+impl Drop for EmuModule {
+    fn drop(&mut self) {
+        if let Some(emu) = self.emu.upgrade()
+            && let Ok(mut emu) = emu.lock()
+        {
+            // The image was allocated by the load; nothing else frees it.
+            let _ = emu.memory_mut().free(self.image_base);
+        }
+    }
 }
 
 impl Default for EmuDevice {
@@ -50,13 +66,13 @@ impl EmuDevice {
     /// An emulator with explicit settings (limits, threading, launch control).
     pub fn with_config(config: EmuConfig) -> Self {
         EmuDevice {
+            id: DeviceId::new(),
             control: config.control.clone(),
             limits: config.limits.clone(),
-            emu: Mutex::new(Emulator::with_config(
+            emu: Arc::new(Mutex::new(Emulator::with_config(
                 DeviceMemory::with_limit(config.limits.max_memory),
                 config,
-            )),
-            modules: Mutex::new(HashMap::new()),
+            ))),
             done: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
@@ -72,36 +88,51 @@ impl EmuDevice {
         &self.limits
     }
 
+    /// Live allocations in the emulator's memory (buffers and loaded images).
+    pub fn allocation_count(&self) -> Result<usize, RuntimeError> {
+        Ok(self.emu()?.memory().allocation_count())
+    }
+
     fn emu(&self) -> Result<MutexGuard<'_, Emulator>, RuntimeError> {
         self.emu
             .lock()
-            .map_err(|_| RuntimeError::Device("the emulator's lock was poisoned by a panic".into()))
+            .map_err(|_| RuntimeError::Poisoned("emulator"))
     }
 }
 
-/// The emulator's counters as JSON: instructions by class and by mnemonic, MFMAs.
-pub fn stats_json(s: &Stats) -> serde_json::Value {
-    let classes: serde_json::Map<String, serde_json::Value> = InstClass::ALL
-        .iter()
-        .map(|c| (c.name().to_string(), s.class(*c).into()))
-        .collect();
-    let opcodes: serde_json::Map<String, serde_json::Value> = s
-        .by_opcode
-        .iter()
-        .map(|(k, v)| (k.to_string(), (*v).into()))
-        .collect();
-    serde_json::json!({
-        "wave_instructions": s.instructions(),
-        "by_class": classes,
-        "by_opcode": opcodes,
-        "mfma": s.mfma,
-        "mfma_ops": s.mfma_ops,
-        "workgroups": s.workgroups,
-        "waves": s.waves,
-        "lds_out_of_range": s.lds_out_of_range,
-        "buffer_out_of_range": s.buffer_out_of_range,
-        "lds_bank_conflict_cycles": s.lds_bank_conflict_cycles,
-    })
+/// The emulator's counters as typed stats: instructions by class and by mnemonic, MFMAs, ...
+pub fn launch_stats(s: &Stats) -> LaunchStats {
+    LaunchStats::new(
+        InstClass::ALL.iter().map(|c| (c.name(), s.class(*c))),
+        s.by_opcode.iter().map(|(k, v)| (*k, *v)),
+        Counters {
+            mfma: s.mfma,
+            mfma_ops: s.mfma_ops,
+            workgroups: s.workgroups,
+            waves: s.waves,
+            lds_out_of_range: s.lds_out_of_range,
+            buffer_out_of_range: s.buffer_out_of_range,
+            lds_bank_conflict_cycles: s.lds_bank_conflict_cycles,
+        },
+    )
+}
+
+/// The emulator's fault as a runtime error: cancellation and limits keep their own variants,
+/// everything else becomes a device-neutral [`Fault`] whose cause is the emulator's.
+fn runtime_error(fault: tilegen_emu::exec::Fault) -> RuntimeError {
+    match &*fault.kind {
+        FaultKind::Cancelled => RuntimeError::Interrupted,
+        FaultKind::Limit(l) => RuntimeError::Limit(Box::new(l.clone())),
+        kind => {
+            let mut f = Fault::new(fault.kernel.clone(), kind.to_string())
+                .at(fault.workgroup, fault.wave, fault.pc)
+                .instruction(fault.inst.clone());
+            if let FaultKind::Memory(m) = kind {
+                f = f.address(m.addr);
+            }
+            RuntimeError::Fault(Box::new(f.caused_by(fault)))
+        }
+    }
 }
 
 impl Device for EmuDevice {
@@ -114,7 +145,10 @@ impl Device for EmuDevice {
         let p = emu
             .memory_mut()
             .alloc(bytes)
-            .map_err(|source| RuntimeError::Alloc { bytes, source })?;
+            .map_err(|source| RuntimeError::Alloc {
+                bytes,
+                source: Box::new(source),
+            })?;
         Ok(DevicePtr(p))
     }
 
@@ -122,49 +156,52 @@ impl Device for EmuDevice {
         let mut emu = self.emu()?;
         emu.memory_mut()
             .free(ptr.0)
-            .map_err(|e| RuntimeError::Memory(format!("freeing {:#x}: {e}", ptr.0)))
+            .map_err(|e| RuntimeError::Memory {
+                address: ptr.0,
+                source: Box::new(e),
+            })
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), RuntimeError> {
         let emu = self.emu()?;
         emu.memory()
             .write(dst.0, src)
-            .map_err(|e| RuntimeError::Memory(e.to_string()))
+            .map_err(|e| RuntimeError::Memory {
+                address: dst.0,
+                source: Box::new(e),
+            })
     }
 
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), RuntimeError> {
         let emu = self.emu()?;
         emu.memory()
             .read(src.0, dst)
-            .map_err(|e| RuntimeError::Memory(e.to_string()))
+            .map_err(|e| RuntimeError::Memory {
+                address: src.0,
+                source: Box::new(e),
+            })
     }
 
     fn load(&self, code_object: &[u8]) -> Result<Module, RuntimeError> {
         let co = Arc::new(CodeObject::parse(code_object)?);
+        if co.kernels.is_empty() {
+            return Err(RuntimeError::Load("the code object has no kernels".into()));
+        }
         // One image and one decoding of `.text` for all kernels of the code object.
-        let programs: HashMap<String, Program> = self
+        let programs = self
             .emu()?
             .load_all(&co)
-            .map_err(RuntimeError::Load)?
-            .into_iter()
-            .map(|p| (p.name().to_string(), p))
-            .collect();
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let module = Module {
-            id,
-            code_object: co.clone(),
+            .map_err(|e| RuntimeError::Load(Box::new(e)))?;
+        let image_base = programs.first().map_or(0, Program::image_base);
+        let handle = EmuModule {
+            emu: Arc::downgrade(&self.emu),
+            image_base,
+            programs: programs
+                .into_iter()
+                .map(|p| (p.name().to_string(), p))
+                .collect(),
         };
-        self.modules
-            .lock()
-            .map_err(|_| RuntimeError::Device("module table poisoned".into()))?
-            .insert(
-                id,
-                Loaded {
-                    code_object: co,
-                    programs,
-                },
-            );
-        Ok(module)
+        Ok(Module::new(self.id, co, handle))
     }
 
     fn dispatch(
@@ -174,17 +211,13 @@ impl Device for EmuDevice {
         config: &LaunchConfig,
         kernargs: &[u8],
     ) -> Result<Signal, RuntimeError> {
-        let modules = self
-            .modules
-            .lock()
-            .map_err(|_| RuntimeError::Device("module table poisoned".into()))?;
-        let loaded = modules.get(&module.id).ok_or_else(|| {
-            RuntimeError::Device(format!("module {} is not loaded here", module.id))
-        })?;
+        let loaded: &EmuModule = module.handle(self.id)?;
+        let meta = module.kernel(kernel)?;
         let program = loaded
             .programs
             .get(kernel)
-            .ok_or_else(|| RuntimeError::no_such_kernel(&loaded.code_object, kernel))?;
+            .ok_or_else(|| RuntimeError::no_such_kernel(module.code_object(), kernel))?;
+        config.check(meta.meta.max_flat_workgroup_size)?;
         let start = Instant::now();
         let result = self
             .emu()?
@@ -197,32 +230,23 @@ impl Device for EmuDevice {
             )
             .map(|stats| LaunchReport {
                 wall: start.elapsed(),
-                stats: Some(stats_json(&stats)),
+                stats: Some(launch_stats(&stats)),
             })
-            .map_err(|fault| match *fault.kind {
-                FaultKind::Cancelled => RuntimeError::Interrupted,
-                FaultKind::Limit(ref l) => RuntimeError::Limit(l.clone()),
-                _ => RuntimeError::Fault(Box::new(fault)),
-            });
+            .map_err(runtime_error);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.done
             .lock()
-            .map_err(|_| RuntimeError::Device("signal table poisoned".into()))?
+            .map_err(|_| RuntimeError::Poisoned("signal table"))?
             .insert(id, result);
-        Ok(Signal(id))
+        Ok(Signal::from_raw(id))
     }
 
     fn wait(&self, signal: Signal) -> Result<LaunchReport, RuntimeError> {
         self.done
             .lock()
-            .map_err(|_| RuntimeError::Device("signal table poisoned".into()))?
-            .remove(&signal.0)
-            .unwrap_or_else(|| {
-                Err(RuntimeError::Device(format!(
-                    "unknown or already waited signal {}",
-                    signal.0
-                )))
-            })
+            .map_err(|_| RuntimeError::Poisoned("signal table"))?
+            .remove(&signal.raw())
+            .unwrap_or(Err(RuntimeError::UnknownSignal(signal.raw())))
     }
 }
 
@@ -244,18 +268,23 @@ mod tests {
         assert_eq!(dev.limits().max_memory, 1 << 20);
         let p = dev.alloc(1000).unwrap();
         let e = dev.alloc(1 << 40).unwrap_err();
+        let RuntimeError::Alloc { bytes, source } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*bytes, 1 << 40);
         assert!(
             matches!(
-                &e,
-                RuntimeError::Alloc {
-                    bytes: 1099511627776,
-                    source: AllocError::Limit(LimitError::Memory { limit: 1048576, .. })
-                }
+                source.downcast_ref::<AllocError>(),
+                Some(AllocError::Limit(LimitError::Memory { limit: 1048576, .. }))
             ),
             "{e}"
         );
         assert!(std::error::Error::source(&e).is_some());
         dev.free(p).unwrap();
+        assert!(matches!(
+            dev.free(p),
+            Err(RuntimeError::Memory { address, .. }) if address == p.0
+        ));
     }
 
     #[test]
@@ -265,5 +294,14 @@ mod tests {
         let dev = EmuDevice::with_config(config);
         control.cancel();
         assert!(dev.control().is_cancelled());
+    }
+
+    #[test]
+    fn unknown_signals_are_refused() {
+        let dev = EmuDevice::new();
+        assert!(matches!(
+            dev.wait(Signal::from_raw(77)),
+            Err(RuntimeError::UnknownSignal(77))
+        ));
     }
 }

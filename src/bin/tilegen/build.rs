@@ -29,8 +29,13 @@ pub fn run(args: BuildArgs) -> Result<()> {
     // leaves no code object without its listing.
     let output = Output::check(&args.output)?;
     let asm = args.asm.as_ref().map(Output::check).transpose()?;
+    // The listing costs a second codegen pass: produced only when asked for.
     let kernel = spec
-        .build()
+        .build_with(tilegen::dsl::CompileOptions {
+            emit_asm: asm.is_some(),
+            emit_ir: false,
+            code_object_v5: false,
+        })
         .with_context(|| format!("building {}", spec.kernel_name()))?;
     if let Some(asm) = &asm {
         asm.write(kernel.asm().as_bytes())?;

@@ -22,7 +22,7 @@ use tilegen::emu::exec::limits::{
 };
 use tilegen::emu::exec::{AllocError, FaultKind, LimitError, LoadError};
 use tilegen::runtime::{
-    ArgValue, Device, DevicePtr, EmuConfig, EmuDevice, LaunchConfig, LaunchControl, Limits,
+    ArgValue, Device, DeviceChoice, DevicePtr, EmuConfig, LaunchConfig, LaunchControl, Limits,
     RuntimeError, launch,
 };
 use tilegen_output::{Output, OutputError};
@@ -33,6 +33,37 @@ pub enum EmuCommand {
     Run(RunArgs),
     /// Disassemble a code object (the syntax of llvm-objdump-22 --mcpu=gfx950).
     Disasm(DisasmArgs),
+    /// Predict how long a kernel launch takes on an MI355X (the cycle-level timing model,
+    /// running the kernel's real code).
+    Time(TimeArgs),
+}
+
+#[derive(Args)]
+pub struct TimeArgs {
+    /// The code object (.hsaco).
+    code_object: PathBuf,
+    /// Kernel name (optional when the code object has one kernel).
+    #[arg(long)]
+    kernel: Option<String>,
+    /// Workgroups per dimension, as HIP's gridDim: X[,Y[,Z]].
+    #[arg(long, value_parser = parse_dim3)]
+    grid: [u32; 3],
+    /// Work-items per workgroup: X[,Y[,Z]].
+    #[arg(long, value_parser = parse_dim3)]
+    block: [u32; 3],
+    /// LDS bytes on top of the kernel's static LDS.
+    #[arg(long, default_value_t = 0)]
+    dynamic_lds: u32,
+    /// Explicit arguments in the metadata's order, as for `emu run`, plus zero:BYTES (a zeroed
+    /// buffer that takes no host memory until written). Outputs are not written: the model
+    /// runs only a sample of the workgroups.
+    #[arg(long = "arg", value_parser = Arg::from_str)]
+    args: Vec<Arg>,
+    #[command(flatten)]
+    model: crate::timing::ModelArgs,
+    /// Print the prediction as JSON (`us`, `mfma_busy`, `hbm_gbs`, `bound`, stalls, ...).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -76,6 +107,15 @@ pub struct RunArgs {
     /// Instructions one wave may execute before it is stopped as an endless loop.
     #[arg(long, default_value_t = DEFAULT_WAVE_INSTRUCTION_BUDGET, value_name = "N")]
     instruction_budget: u64,
+    /// Where the kernel runs: emu (the emulator, within the limits above), auto (a gfx950 GPU
+    /// through the HSA runtime if there is one, else the emulator) or hsa[:N].
+    #[arg(long, default_value = "emu", value_name = "auto|emu|hsa[:N]")]
+    device: DeviceChoice,
+    /// Also predict the launch's MI355X time with the timing model.
+    #[arg(long)]
+    timing: bool,
+    #[command(flatten)]
+    model: crate::timing::ModelArgs,
 }
 
 #[derive(Args)]
@@ -97,6 +137,7 @@ pub enum Arg {
     I64(i64),
     F32(f32),
     Null,
+    Zero(u64),
 }
 
 impl FromStr for Arg {
@@ -120,9 +161,13 @@ impl FromStr for Arg {
             "i64" => Arg::I64(rest.parse().map_err(|_| num("not a 64-bit integer"))?),
             "f32" => Arg::F32(rest.parse().map_err(|_| num("not a float"))?),
             "null" if rest.is_empty() => Arg::Null,
+            "zero" => match parse_bytes(rest)? {
+                0 => return Err(num("a buffer needs at least one byte")),
+                n => Arg::Zero(n),
+            },
             _ => {
                 return Err(num(
-                    "expected in:FILE, out:FILE:BYTES, inout:FILE, i32:N, i64:N, f32:X or null",
+                    "expected in:FILE, out:FILE:BYTES, inout:FILE, zero:BYTES, i32:N, i64:N, f32:X or null",
                 ));
             }
         })
@@ -169,6 +214,7 @@ pub fn run(cmd: EmuCommand) -> Result<()> {
     match cmd {
         EmuCommand::Run(a) => run_kernel(a),
         EmuCommand::Disasm(a) => disasm(a),
+        EmuCommand::Time(a) => time(a),
     }
 }
 
@@ -232,19 +278,26 @@ fn limit_text(e: &LimitError) -> String {
 /// the limit it hit; an interruption ends the chain in [`OutputError::Interrupted`] (exit
 /// status 130).
 pub(crate) fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Error {
+    // The emulator's own errors are the sources of the device-neutral ones.
     match &e {
-        RuntimeError::Limit(l) => anyhow!("{}", limit_text(l)),
-        RuntimeError::Alloc {
-            bytes,
-            source: AllocError::Limit(l),
-        } => anyhow!(
-            "allocating {bytes} bytes of device memory: {}",
-            limit_text(l)
-        ),
-        RuntimeError::Load(LoadError::Alloc(AllocError::Limit(l))) => anyhow!(
-            "preparing the kernels: allocating the code object image: {}",
-            limit_text(l)
-        ),
+        RuntimeError::Limit(l) => match l.downcast_ref::<LimitError>() {
+            Some(l) => anyhow!("{}", limit_text(l)),
+            None => anyhow!("{e}"),
+        },
+        RuntimeError::Alloc { bytes, source } => match source.downcast_ref::<AllocError>() {
+            Some(AllocError::Limit(l)) => anyhow!(
+                "allocating {bytes} bytes of device memory: {}",
+                limit_text(l)
+            ),
+            _ => anyhow!("{e}"),
+        },
+        RuntimeError::Load(source) => match source.downcast_ref::<LoadError>() {
+            Some(LoadError::Alloc(AllocError::Limit(l))) => anyhow!(
+                "preparing the kernels: allocating the code object image: {}",
+                limit_text(l)
+            ),
+            _ => anyhow!("{e}"),
+        },
         RuntimeError::Interrupted => {
             let (done, total) = control.progress();
             anyhow::Error::new(OutputError::Interrupted).context(format!(
@@ -252,25 +305,31 @@ pub(crate) fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Err
             ))
         }
         RuntimeError::Fault(f) => {
-            let [x, y, z] = f.workgroup;
+            let Some(emulated) = f
+                .cause()
+                .and_then(|c| c.downcast_ref::<tilegen::emu::exec::Fault>())
+            else {
+                return anyhow!("{e}");
+            };
+            let [x, y, z] = emulated.workgroup;
             let place = format!(
                 "kernel fault: kernel `{}`, workgroup ({x}, {y}, {z}), wave {}, pc {:#x}{}",
-                f.kernel,
-                f.wave,
-                f.pc,
-                if f.inst.is_empty() {
+                emulated.kernel,
+                emulated.wave,
+                emulated.pc,
+                if emulated.inst.is_empty() {
                     String::new()
                 } else {
-                    format!(", `{}`", f.inst)
+                    format!(", `{}`", emulated.inst)
                 }
             );
-            match &*f.kind {
+            match &*emulated.kind {
                 FaultKind::Budget { budget } => anyhow!(
                     "{place}: the wave executed its budget of {budget} instructions without ending (an endless loop?); raise the budget with --instruction-budget N"
                 ),
                 FaultKind::BarrierDeadlock { .. } => anyhow!(
                     "{place}: {}; raise the budget with --instruction-budget N",
-                    f.kind
+                    emulated.kind
                 ),
                 _ => anyhow!("{e}"),
             }
@@ -319,6 +378,7 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         let (what, bytes) = match arg {
             Arg::In(f) | Arg::InOut(f) => (format!("--arg {}", f.display()), file_len(f)?),
             Arg::Out(f, n) => (format!("--arg out:{}:{n}", f.display()), *n),
+            Arg::Zero(n) => (format!("--arg zero:{n}"), *n),
             _ => continue,
         };
         check_fits(&what, bytes, limits.max_memory)?;
@@ -332,6 +392,15 @@ fn run_kernel(a: RunArgs) -> Result<()> {
             checked_outputs.push(Output::check(f)?);
         }
     }
+    // The model's flags mean something only with --timing; its trace file is checked now.
+    let trace_out = if a.timing {
+        Some(a.model.check()?)
+    } else {
+        if a.model.params.is_some() || a.model.full_simulation || a.model.trace.is_some() {
+            bail!("--params, --full-simulation and --trace go with --timing");
+        }
+        None
+    };
     let bytes = std::fs::read(&a.code_object)
         .with_context(|| format!("reading {}", a.code_object.display()))?;
     // Ctrl-C (SIGINT/SIGTERM) raises this flag from now on instead of ending the process: the
@@ -342,14 +411,22 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
         ..EmuConfig::default()
     };
-    let dev = EmuDevice::with_config(config);
-    let control = dev.control().clone();
+    let chosen = crate::device::open(
+        crate::device::DeviceArgs { device: a.device },
+        config,
+        tilegen_output::interrupt_flag(),
+    )?;
+    let dev = chosen.device();
+    let control = dev
+        .as_emu()
+        .map(|e| e.control().clone())
+        .unwrap_or_default();
     let module = dev
         .load(&bytes)
         .map_err(|e| cli_error(e, &control))
         .with_context(|| format!("loading {}", a.code_object.display()))?;
     drop(bytes);
-    let kernel = pick(&module.code_object, a.kernel.as_deref())?
+    let kernel = pick(module.code_object(), a.kernel.as_deref())?
         .name()
         .to_string();
     let mut values = Vec::new();
@@ -378,6 +455,18 @@ fn run_kernel(a: RunArgs) -> Result<()> {
                 }
                 ArgValue::Ptr(p)
             }
+            Arg::Zero(n) => {
+                let p = dev.alloc(*n).map_err(|e| cli_error(e, &control))?;
+                // Devices need not hand out zeroed memory: clear it, a few MiB at a time.
+                let chunk = vec![0u8; (*n).min(8 << 20) as usize];
+                let mut at = 0u64;
+                while at < *n {
+                    let len = (*n - at).min(chunk.len() as u64);
+                    dev.copy_to_device(DevicePtr(p.0 + at), &chunk[..len as usize])?;
+                    at += len;
+                }
+                ArgValue::Ptr(p)
+            }
             Arg::I32(v) => ArgValue::I32(*v),
             Arg::I64(v) => ArgValue::I64(*v),
             Arg::F32(v) => ArgValue::F32(*v),
@@ -392,14 +481,25 @@ fn run_kernel(a: RunArgs) -> Result<()> {
     };
     tilegen_output::check_interrupted()?;
     let progress = Progress::start(&control, !a.json && std::io::stderr().is_terminal());
-    let report = launch(&dev, &module, &kernel, &config, &values);
+    let report = launch(dev, &module, &kernel, &config, &values);
     progress.finish();
     let report = report
         .map_err(|e| cli_error(e, &control))
         .with_context(|| format!("running {kernel}"))?;
     for (p, n, out) in &outputs {
-        write_back(&dev, *p, *n, out)?;
+        write_back(dev, *p, *n, out)?;
     }
+    let prediction = match trace_out {
+        Some(trace_out) => Some(predict_args(
+            &a.code_object,
+            &kernel,
+            &config,
+            &a.args,
+            &a.model,
+            trace_out,
+        )?),
+        None => None,
+    };
     let stats = report.stats.clone().unwrap_or_default();
     if a.json {
         let v = serde_json::json!({
@@ -407,8 +507,9 @@ fn run_kernel(a: RunArgs) -> Result<()> {
             "grid": a.grid,
             "block": a.block,
             "wall_seconds": report.wall.as_secs_f64(),
-            "stats": stats,
+            "stats": report.stats,
             "outputs": outputs.iter().map(|(_, n, o)| serde_json::json!({"file": o.path(), "bytes": n})).collect::<Vec<_>>(),
+            "timing": prediction,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -431,12 +532,70 @@ fn run_kernel(a: RunArgs) -> Result<()> {
             stats["workgroups"],
             stats["waves"]
         );
-        if let Some(classes) = stats["by_class"].as_object() {
-            for (class, count) in classes {
-                if count.as_u64().unwrap_or(0) > 0 {
-                    println!("    {class:<12} {count}");
-                }
+        for (class, count) in stats.by_class() {
+            if count > 0 {
+                println!("    {class:<12} {count}");
             }
+        }
+    }
+    if let Some(p) = &prediction {
+        crate::timing::describe(p, &mut std::io::stdout())?;
+    }
+    Ok(())
+}
+
+/// The model's view of the `--arg`s: inputs as their bytes, outputs and zero buffers as lazily
+/// zeroed memory.
+fn predict_args(
+    code_object: &std::path::Path,
+    kernel: &str,
+    config: &LaunchConfig,
+    args: &[Arg],
+    model: &crate::timing::ModelArgs,
+    trace_out: Option<Output>,
+) -> Result<tilegen::emu::timing::Prediction> {
+    use crate::timing::TimedArg;
+    let timed = args
+        .iter()
+        .map(|a| {
+            Ok(match a {
+                Arg::In(f) | Arg::InOut(f) => TimedArg::Bytes(crate::timing::read_input(f)?),
+                Arg::Out(_, n) | Arg::Zero(n) => TimedArg::Zero((*n).max(1)),
+                Arg::I32(v) => TimedArg::Value(ArgValue::I32(*v)),
+                Arg::I64(v) => TimedArg::Value(ArgValue::I64(*v)),
+                Arg::F32(v) => TimedArg::Value(ArgValue::F32(*v)),
+                Arg::Null => TimedArg::Value(ArgValue::Null),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = std::fs::read(code_object)
+        .with_context(|| format!("reading {}", code_object.display()))?;
+    crate::timing::predict(&bytes, kernel, config, model, trace_out, |memory| {
+        crate::timing::materialize(memory, &timed)
+    })
+}
+
+/// `tilegen emu time`.
+fn time(a: TimeArgs) -> Result<()> {
+    let trace_out = a.model.check()?;
+    let bytes = std::fs::read(&a.code_object)
+        .with_context(|| format!("reading {}", a.code_object.display()))?;
+    let co = CodeObject::parse(&bytes)
+        .with_context(|| format!("reading {}", a.code_object.display()))?;
+    let kernel = pick(&co, a.kernel.as_deref())?.name().to_string();
+    let config = LaunchConfig {
+        grid: a.grid,
+        block: a.block,
+        dynamic_lds: a.dynamic_lds,
+    };
+    let p = predict_args(&a.code_object, &kernel, &config, &a.args, &a.model, trace_out)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        println!("{kernel} on a {:?} grid of {:?} work-items", a.grid, a.block);
+        crate::timing::describe(&p, &mut std::io::stdout())?;
+        if let Some(t) = &a.model.trace {
+            println!("wrote the trace {}", t.display());
         }
     }
     Ok(())
@@ -444,7 +603,7 @@ fn run_kernel(a: RunArgs) -> Result<()> {
 
 /// Copies `n` bytes of device memory at `p` into `out`, a few MiB at a time (no second
 /// full-size host copy), atomically replacing the file.
-fn write_back(dev: &EmuDevice, p: DevicePtr, n: u64, out: &Output) -> Result<()> {
+fn write_back(dev: &dyn Device, p: DevicePtr, n: u64, out: &Output) -> Result<()> {
     const CHUNK: u64 = 4 << 20;
     let mut file = out.create()?;
     let mut buf = vec![0u8; CHUNK.min(n) as usize];

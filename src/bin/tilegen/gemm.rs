@@ -1,5 +1,6 @@
 //! `tilegen gemm`: the main job. Build a kernel for a spec, run it on random MXFP4 inputs on the
-//! default device (the emulator), check it against the CPU reference, report.
+//! chosen device (`--device`, by default a gfx950 GPU if there is one, else the emulator), check
+//! it against the CPU reference, report.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -10,9 +11,10 @@ use std::io::IsTerminal;
 
 use tilegen::kernels::{LaunchError, check_problem};
 use tilegen::mx::{MxMatrix, reference_gemm};
-use tilegen::runtime::{EmuConfig, EmuDevice, LaunchControl};
+use tilegen::runtime::{EmuConfig, LaunchControl};
 use tilegen_output::Output;
 
+use crate::device::DeviceArgs;
 use crate::emu::{Progress, cli_error};
 use crate::spec::SpecArgs;
 
@@ -29,6 +31,8 @@ pub struct GemmArgs {
     k: usize,
     #[command(flatten)]
     spec: SpecArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -39,23 +43,79 @@ pub struct GemmArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Run the kernel this kernel pack serves for the shape (no compiling; no spec flags).
+    #[arg(long, value_name = "PACK_DIR")]
+    pack: Option<PathBuf>,
+    /// Also print the kernel's modeled MI355X time at this shape (the timing model, on
+    /// full-size zero buffers).
+    #[arg(long)]
+    timing: bool,
+    /// Only the modeled time: no inputs, no run, no check (any shape the kernel accepts, full
+    /// size included).
+    #[arg(long, conflicts_with_all = ["timing", "emit_dir"])]
+    timing_only: bool,
+    #[command(flatten)]
+    model: crate::timing::ModelArgs,
 }
 
 pub fn run(a: GemmArgs) -> Result<()> {
-    let spec = a.spec.spec();
+    let packed = a
+        .pack
+        .as_deref()
+        .map(|dir| crate::pack::gemm_kernel(dir, &a.spec, a.m, a.n, a.k))
+        .transpose()?;
+    let spec = packed.as_ref().map_or_else(|| a.spec.spec(), |k| k.spec().clone());
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
     check_problem(a.m, a.n, a.k, spec.out_dtype.bytes() as usize)?;
+    let timing = a.timing || a.timing_only;
+    let trace_out = if timing {
+        a.model.check()?
+    } else {
+        if a.model.params.is_some() || a.model.full_simulation || a.model.trace.is_some() {
+            bail!("--params, --full-simulation and --trace go with --timing or --timing-only");
+        }
+        None
+    };
+    if a.timing_only {
+        let kernel = match packed {
+            Some(k) => k,
+            None => spec
+                .build()
+                .with_context(|| format!("building {}", spec.kernel_name()))?,
+        };
+        let p = predict(&kernel, a.m, a.n, a.k, &a.model, trace_out)?;
+        if a.json {
+            let v = serde_json::json!({
+                "problem": {"m": a.m, "n": a.n, "k": a.k},
+                "kernel": kernel.name(),
+                "spec": kernel.spec(),
+                "cache_key": kernel.cache_key(),
+                "report": kernel.report(),
+                "timing": p,
+                "tflops": 2.0 * a.m as f64 * a.n as f64 * a.k as f64 / (p.us * 1e-6) / 1e12,
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!("MXFP4 GEMM {}x{}x{} on the timing model", a.m, a.n, a.k);
+            crate::report::print_report(&kernel);
+            print_timing(&p, a.m, a.n, a.k)?;
+        }
+        return Ok(());
+    }
     check_memory(a.m, a.n, a.k, spec.out_dtype.bytes())?;
     let outputs = match &a.emit_dir {
         Some(dir) => Some(emit_outputs(dir)?),
         None => None,
     };
     let t = Instant::now();
-    let kernel = spec
-        .build()
-        .with_context(|| format!("building {}", spec.kernel_name()))?;
+    let kernel = match packed {
+        Some(k) => k,
+        None => spec
+            .build()
+            .with_context(|| format!("building {}", spec.kernel_name()))?,
+    };
     let build_s = t.elapsed().as_secs_f64();
     let am = MxMatrix::random(a.m, a.k, a.seed).context("making A")?;
     let bm = MxMatrix::random(a.n, a.k, a.seed ^ 0x9e37_79b9_7f4a_7c15).context("making B")?;
@@ -64,14 +124,24 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .prepare_inputs(&am, &bm)
         .context("preparing inputs")?;
     let prep_s = t.elapsed().as_secs_f64();
-    // Ctrl-C stops the emulation at its next check (the command then exits with 130).
-    let device = EmuDevice::with_config(EmuConfig {
-        control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
-        ..EmuConfig::default()
-    });
-    let control = device.control().clone();
-    let progress = Progress::start(&control, !a.json && std::io::stderr().is_terminal());
-    let result = kernel.run(&device, &inputs);
+    // Ctrl-C stops the emulation (or the wait for a GPU) at its next check (the command then
+    // exits with 130).
+    let chosen = crate::device::open(
+        a.device,
+        EmuConfig {
+            control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
+            ..EmuConfig::default()
+        },
+        tilegen_output::interrupt_flag(),
+    )?;
+    let device = chosen.device();
+    let emulated = device.as_emu();
+    let control = emulated.map(|e| e.control().clone()).unwrap_or_default();
+    let progress = Progress::start(
+        &control,
+        !a.json && emulated.is_some() && std::io::stderr().is_terminal(),
+    );
+    let result = kernel.run(device, &inputs);
     progress.finish();
     let (c, report) = match result {
         Ok(r) => r,
@@ -85,14 +155,19 @@ pub fn run(a: GemmArgs) -> Result<()> {
     let reference = reference_gemm(&am, &bm).context("reference GEMM")?;
     let cmp = c.compare(&reference)?;
     let ref_s = t.elapsed().as_secs_f64();
-    let stats = report.stats.clone().unwrap_or_default();
+    let stats = report.stats.clone();
     let flops = 2.0 * a.m as f64 * a.n as f64 * a.k as f64;
+    let prediction = match a.timing {
+        true => Some(predict(&kernel, a.m, a.n, a.k, &a.model, trace_out)?),
+        false => None,
+    };
     let summary = serde_json::json!({
+        "timing": prediction,
         "problem": {"m": a.m, "n": a.n, "k": a.k, "seed": a.seed},
         "kernel": kernel.name(),
         "spec": kernel.spec(),
         "cache_key": kernel.cache_key(),
-        "device": "gfx950 emulator",
+        "device": device.name(),
         "grid": kernel.grid(a.m, a.n),
         "block": kernel.spec().threads(),
         "report": kernel.report(),
@@ -118,26 +193,93 @@ pub fn run(a: GemmArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        println!("MXFP4 GEMM {}x{}x{} on the gfx950 emulator", a.m, a.n, a.k);
+        println!(
+            "MXFP4 GEMM {}x{}x{} on the {}",
+            a.m,
+            a.n,
+            a.k,
+            device.name()
+        );
         crate::report::print_report(&kernel);
         let grid = kernel.grid(a.m, a.n);
-        println!(
-            "  grid {}x{} workgroups of {} work-items; emulated in {:.3} s: {} wave-instructions, {} MFMAs ({:.1} GFLOP)",
-            grid[0],
-            grid[1],
-            kernel.spec().threads(),
-            report.wall.as_secs_f64(),
-            stats["wave_instructions"],
-            stats["mfma"],
-            flops / 1e9
-        );
+        match &stats {
+            Some(stats) => println!(
+                "  grid {}x{} workgroups of {} work-items; emulated in {:.3} s: {} wave-instructions, {} MFMAs ({:.1} GFLOP)",
+                grid[0],
+                grid[1],
+                kernel.spec().threads(),
+                report.wall.as_secs_f64(),
+                stats.wave_instructions(),
+                stats.mfma(),
+                flops / 1e9
+            ),
+            None => println!(
+                "  grid {}x{} workgroups of {} work-items; ran in {:.6} s ({:.1} GFLOP, {:.1} TFLOP/s)",
+                grid[0],
+                grid[1],
+                kernel.spec().threads(),
+                report.wall.as_secs_f64(),
+                flops / 1e9,
+                flops / report.wall.as_secs_f64().max(1e-9) / 1e12
+            ),
+        }
         println!("  check against the CPU reference: {cmp}");
+        if let Some(p) = &prediction {
+            print_timing(p, a.m, a.n, a.k)?;
+        }
         if let Some(dir) = &a.emit_dir {
             println!("  wrote kernel, inputs and result to {}", dir.display());
         }
     }
     if !cmp.passed() {
         bail!("the result disagrees with the reference: {cmp}");
+    }
+    Ok(())
+}
+
+/// The modeled MI355X time of `kernel` at `m x n x k`, on lazily zeroed full-size buffers.
+fn predict(
+    kernel: &tilegen::CompiledKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    model: &crate::timing::ModelArgs,
+    trace_out: Option<Output>,
+) -> Result<tilegen::emu::timing::Prediction> {
+    let sizes = kernel.buffer_sizes(m, n, k)?;
+    let config = kernel.launch_config(m, n);
+    crate::timing::predict(
+        kernel.code_object(),
+        kernel.name(),
+        &config,
+        model,
+        trace_out,
+        |memory| {
+            let mut zero = |bytes: u64| crate::timing::lazy_zero(memory, bytes.max(1));
+            let bufs = tilegen::kernels::GemmBuffers {
+                c: zero(sizes.c)?,
+                a: zero(sizes.a)?,
+                b: zero(sizes.b)?,
+                sfa: zero(sizes.sfa)?,
+                sfb: zero(sizes.sfb)?,
+            };
+            Ok(kernel.arguments(&bufs, m, n, k).to_vec())
+        },
+    )
+    .with_context(|| format!("modeling {} at {m}x{n}x{k}", kernel.name()))
+}
+
+fn print_timing(p: &tilegen::emu::timing::Prediction, m: usize, n: usize, k: usize) -> Result<()> {
+    let flops = 2.0 * m as f64 * n as f64 * k as f64;
+    println!(
+        "  modeled MI355X time: {:.2} us = {:.1} TFLOP/s",
+        p.us,
+        flops / (p.us * 1e-6) / 1e12
+    );
+    let mut text = Vec::new();
+    crate::timing::describe(p, &mut text)?;
+    for line in String::from_utf8_lossy(&text).lines() {
+        println!("    {line}");
     }
     Ok(())
 }

@@ -1,10 +1,16 @@
 //! `tilegen`: generate, build, run and check MXFP4 GEMM kernels for gfx950.
 
+mod attention;
 mod build;
+mod device;
 mod emu;
 mod gemm;
+mod moe;
+mod pack;
 mod report;
 mod spec;
+mod timing;
+mod tune;
 mod weights;
 
 use std::process::ExitCode;
@@ -33,6 +39,13 @@ enum Command {
     /// Build a kernel, run it on random MXFP4 inputs on the emulator and check it against the
     /// CPU reference (exits non-zero on disagreement).
     Gemm(gemm::GemmArgs),
+    /// Build the paged FP8 decode attention kernels for a shape, run them on a random paged
+    /// cache with a shuffled block table and check them against the CPU reference (exits
+    /// non-zero on disagreement); `--timing` adds the MI355X timing model's prediction.
+    Attention(attention::AttentionArgs),
+    /// Build, run and check one grouped MXFP4 MoE layer (gpt-oss, DeepSeek-V3, Kimi-K2 sizes)
+    /// on the emulator against the CPU reference layer (exits non-zero on disagreement).
+    Moe(moe::MoeArgs),
     /// Preshuffle the MXFP4 weights of a safetensors file for preshuffled-B kernels.
     Preshuffle(weights::PreshuffleArgs),
     /// Undo `preshuffle`: restore the original layouts, shapes and K.
@@ -42,6 +55,15 @@ enum Command {
     /// Run or disassemble any gfx950 code object on the emulator.
     #[command(subcommand)]
     Emu(emu::EmuCommand),
+    /// List the devices kernels can run on: the HSA runtime's agents (or why there are none)
+    /// and the emulator.
+    Devices(device::DevicesArgs),
+    /// Autotune tile configurations for a model's GEMM shapes into a tuning database (by the
+    /// MI355X timing model, or by timed launches on a device); report, merge, Slurm scripts.
+    Tune(tune::TuneArgs),
+    /// Build the best kernels of a template ahead of time into a verified kernel pack; verify
+    /// or inspect one.
+    Pack(pack::PackArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,9 +105,14 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Gemm(args) => gemm::run(args),
+        Command::Moe(args) => moe::run(args),
+        Command::Attention(args) => attention::run(args),
         Command::Preshuffle(args) => weights::preshuffle(args),
         Command::Unshuffle(args) => weights::unshuffle(args),
         Command::Build(args) => build::run(args),
         Command::Emu(cmd) => emu::run(cmd),
+        Command::Tune(args) => tune::run(args),
+        Command::Pack(args) => pack::run(args),
+        Command::Devices(args) => device::devices(args),
     }
 }

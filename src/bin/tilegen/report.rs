@@ -21,16 +21,19 @@ pub fn print_report(k: &CompiledKernel) {
         "  LDS {} B, {} work-items, occupancy {} waves/SIMD, {} B of code, kernargs {} B",
         r.lds_bytes, r.workgroup_size, r.occupancy, r.code_bytes, r.kernarg_bytes
     );
-    println!(
-        "  main loop: {} instructions, {} MFMAs{}",
-        lp.instructions,
-        lp.mfmas,
-        if lp.found_loop {
-            ""
-        } else {
-            " (no loop: whole kernel)"
-        }
-    );
+    // Built without a listing (`tilegen build` without --asm, a pack's kernel): no loop stats.
+    if !k.asm().is_empty() {
+        println!(
+            "  main loop: {} instructions, {} MFMAs{}",
+            lp.instructions,
+            lp.mfmas,
+            if lp.found_loop {
+                ""
+            } else {
+                " (no loop: whole kernel)"
+            }
+        );
+    }
     for d in k.diagnostics() {
         println!("  LLVM {d}");
     }

@@ -1,17 +1,36 @@
-//! `aiter-calibrate [--out DIR] [--corpus DIR]`: fits the predictors on the calibration rows of
-//! AMD's MI355X-measured f4gemm table, prints their error tables (calibration and held-out),
-//! and writes `calibration.csv` and one SVG plot per predictor into DIR (default
-//! `target/calibrate`). `cargo xtask calibrate` runs it.
+//! `aiter-calibrate [--out DIR] [--corpus DIR] [--params FILE] [--set all|calibration]
+//! [--fit] [--no-model] [--detail]`: judges time predictors on the calibration rows of AMD's
+//! MI355X-measured f4gemm table and on the held-out rows; prints their error tables, writes
+//! `calibration.csv`, `timing-model-runs.csv` and one SVG plot per predictor into DIR (default
+//! `target/calibrate`). `--fit` runs the timing model's calibration procedure on the
+//! calibration rows only and writes the fitted parameters to `DIR/fitted-params.toml`.
+//! `cargo xtask calibrate` runs it.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tilegen_aiter::calibrate::{Evaluation, Predictor, Roofline, calibration_rows};
+use tilegen_aiter::calibrate::{
+    CalibrationRow, Evaluation, KExtrapolation, ModelRun, Predictor, Roofline, Set, TimingModel, calibration_rows,
+    fit,
+};
 use tilegen_aiter::{Corpus, default_dir};
+use tilegen_emu::timing::Params;
 
-const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR]\n  \
-    --out DIR     where calibration.csv and the plots go (default: <workspace>/target/calibrate)\n  \
-    --corpus DIR  the AITER corpus (default: $TILEGEN_AITER_DIR or <workspace>/target/aiter)";
+const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params FILE] [--set all|calibration] [--fit] [--no-model] [--detail]\n  \
+    --out DIR      where calibration.csv and the plots go (default: <workspace>/target/calibrate)\n  \
+    --corpus DIR   the AITER corpus (default: $TILEGEN_AITER_DIR or <workspace>/target/aiter)\n  \
+    --params FILE  timing parameters overriding the model's params.toml\n  \
+    --set S        rows to run: all (default) or calibration (model development never looks at held-out rows)\n  \
+    --fit          fit the timing model's free parameters on the calibration rows, write DIR/fitted-params.toml\n  \
+    --update FILE  with --fit: also write the fitted entries into FILE (the model's params.toml)\n  \
+    --no-model     the roofline only\n  \
+    --detail       print every row the model ran\n  \
+    --full-k       simulate every K step (no extrapolation of long K loops)\n  \
+    --k-steps A,B  extrapolate long K loops from runs of A and B steps (default 4,28)\n  \
+    --row LINE     run the model on one calibration row (table line) and print the whole prediction\n  \
+    --trace FILE   with --row: write a Perfetto trace of the first CU\n  \
+    --max-cus N    simulate at most N CUs of XCD 0";
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -27,31 +46,103 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn main() -> ExitCode {
-    let mut out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/calibrate");
-    let mut corpus_dir = default_dir();
+struct Args {
+    out: PathBuf,
+    corpus: PathBuf,
+    params: Option<PathBuf>,
+    calibration_only: bool,
+    fit: bool,
+    model: bool,
+    detail: bool,
+    row: Option<u64>,
+    trace: Option<PathBuf>,
+    max_cus: Option<u32>,
+    full_k: bool,
+    k_steps: Option<(u32, u32)>,
+    update: Option<PathBuf>,
+}
+
+fn parse() -> Result<Option<Args>, String> {
+    let mut a = Args {
+        out: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/calibrate"),
+        corpus: default_dir(),
+        params: None,
+        calibration_only: false,
+        fit: false,
+        model: true,
+        detail: false,
+        row: None,
+        trace: None,
+        max_cus: None,
+        full_k: false,
+        k_steps: None,
+        update: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| {
             args.next()
-                .map(PathBuf::from)
-                .ok_or_else(|| format!("{flag} needs a directory"))
+                .ok_or_else(|| format!("{flag} needs a value"))
         };
-        let parsed = match arg.as_str() {
-            "--out" => value("--out").map(|v| out = v),
-            "--corpus" => value("--corpus").map(|v| corpus_dir = v),
+        match arg.as_str() {
+            "--out" => a.out = value("--out")?.into(),
+            "--corpus" => a.corpus = value("--corpus")?.into(),
+            "--params" => a.params = Some(value("--params")?.into()),
+            "--set" => match value("--set")?.as_str() {
+                "all" => a.calibration_only = false,
+                "calibration" => a.calibration_only = true,
+                other => return Err(format!("--set takes all or calibration, not {other:?}")),
+            },
+            "--fit" => a.fit = true,
+            "--update" => a.update = Some(value("--update")?.into()),
+            "--no-model" => a.model = false,
+            "--detail" => a.detail = true,
+            "--full-k" => a.full_k = true,
+            "--k-steps" => {
+                let v = value("--k-steps")?;
+                let bad = || format!("--k-steps takes SHORT,LONG, not {v:?}");
+                let (x, y) = v.split_once(',').ok_or_else(bad)?;
+                let (x, y) = (x.parse().map_err(|_| bad())?, y.parse().map_err(|_| bad())?);
+                if !(0 < x && x < y) {
+                    return Err(bad());
+                }
+                a.k_steps = Some((x, y));
+            }
+            "--row" => {
+                a.row = Some(
+                    value("--row")?
+                        .parse()
+                        .map_err(|e| format!("--row takes a table line: {e}"))?,
+                )
+            }
+            "--trace" => a.trace = Some(value("--trace")?.into()),
+            "--max-cus" => {
+                a.max_cus = Some(
+                    value("--max-cus")?
+                        .parse()
+                        .map_err(|e| format!("--max-cus takes a number: {e}"))?,
+                )
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
-                return ExitCode::SUCCESS;
+                return Ok(None);
             }
-            other => Err(format!("unknown argument {other:?}")),
-        };
-        if let Err(e) = parsed {
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(a))
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
             eprintln!("aiter-calibrate: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
-    }
-    match run(&corpus_dir, &out) {
+    };
+    match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("aiter-calibrate: error: {}", error_chain(e.as_ref()));
@@ -60,27 +151,254 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(corpus_dir: &Path, out: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = Corpus::open(corpus_dir)?;
-    let rows = calibration_rows(&corpus)?;
-    let roofline = Roofline::fit(&rows)?;
-    // The cycle-level timing model joins here as a second `&dyn Predictor`.
-    let predictors: Vec<&dyn Predictor> = vec![&roofline];
-    let eval = Evaluation::run(&rows, &predictors);
-    println!(
-        "{} MI355X rows with an asm kernel: {} calibration, {} held out\n",
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let corpus = Corpus::open(&args.corpus)?;
+    let mut rows = calibration_rows(&corpus)?;
+    let params = match &args.params {
+        Some(p) => Params::from_file(p)?,
+        None => Params::mi355x(),
+    };
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
+    if let Some(line) = args.row {
+        return one_row(&rows, line, params, args);
+    }
+    if args.fit {
+        let cal: Vec<CalibrationRow> = rows
+            .iter()
+            .filter(|r| r.set() == Set::Calibration)
+            .cloned()
+            .collect();
+        let fitted = fit::fit(&cal, &params, &mut |line| eprintln!("{line}"))?;
+        let path = args.out.join("fitted-params.toml");
+        std::fs::write(&path, fitted.toml())
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        print!("{}", fitted.report());
+        println!("wrote {}", path.display());
+        if let Some(target) = &args.update {
+            let text = std::fs::read_to_string(target)
+                .map_err(|e| format!("reading {}: {e}", target.display()))?;
+            std::fs::write(target, fit::update_params_toml(&text, &fitted.params))
+                .map_err(|e| format!("writing {}: {e}", target.display()))?;
+            println!("updated {}", target.display());
+        }
+        return Ok(());
+    }
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "{} MI355X rows with an asm kernel: {} calibration, {} held out",
         rows.len(),
-        rows.iter()
-            .filter(|r| r.set() == tilegen_aiter::calibrate::Set::Calibration)
-            .count(),
-        rows.iter()
-            .filter(|r| r.set() == tilegen_aiter::calibrate::Set::HeldOut)
-            .count()
+        rows.iter().filter(|r| r.set() == Set::Calibration).count(),
+        rows.iter().filter(|r| r.set() == Set::HeldOut).count()
     );
-    print!("{}", eval.table());
-    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
-    for path in eval.write(out)? {
+    let roofline = Roofline::fit(&rows)?;
+    if args.calibration_only {
+        rows.retain(|r| r.set() == Set::Calibration);
+        let _ = writeln!(report, "running the calibration rows only");
+    }
+    report.push('\n');
+    print!("{report}");
+    let model = TimingModel::with_options(
+        params,
+        tilegen_emu::timing::TimingOptions {
+            max_cus: args.max_cus,
+            ..Default::default()
+        },
+    )
+    .extrapolating(extrapolation(args));
+    let mut predictors: Vec<&dyn Predictor> = vec![&roofline];
+    if args.model {
+        predictors.push(&model);
+    }
+    let started = std::time::Instant::now();
+    let eval = Evaluation::run(&rows, &predictors);
+    let wall = started.elapsed().as_secs_f64();
+    let mut tables = eval.table();
+    if args.model {
+        let _ = writeln!(tables, "{}", eval.comparison(0, 1));
+    }
+    let mut written = eval.write(&args.out)?;
+    if args.model {
+        let runs = model.take_runs();
+        tables.push_str(&cpu_report(&runs, &rows, wall));
+        if args.detail {
+            print!("{}", detail(&runs, &rows));
+        }
+        let path = args.out.join("timing-model-runs.csv");
+        std::fs::write(&path, runs_csv(&runs, &rows))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    print!("{tables}");
+    report.push_str(&tables);
+    let path = args.out.join("report.txt");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    written.push(path);
+    for path in written {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Runs the model on one calibration row (held-out rows are refused: model work looks at the
+/// calibration rows only) and prints the whole prediction.
+fn one_row(
+    rows: &[CalibrationRow],
+    line: u64,
+    params: Params,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let trace = args.trace.as_deref();
+    let row = rows
+        .iter()
+        .find(|r| r.row().line() == line)
+        .ok_or_else(|| format!("no MI355X asm row at table line {line}"))?;
+    if row.set() != Set::Calibration {
+        return Err(format!("table line {line} is held out").into());
+    }
+    let options = tilegen_emu::timing::TimingOptions {
+        trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
+        max_cus: args.max_cus,
+        ..Default::default()
+    };
+    let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));
+    let (p, cpu) = model.run(row.row(), row.kernel())?;
+    let t = row.row();
+    println!(
+        "{}x{}x{} on {} (split 2^{}): measured {:.2} us, predicted {:.2} us ({:+.1}%), {cpu:.2} s CPU",
+        t.m(),
+        t.n(),
+        t.k(),
+        row.kernel().tile_label(),
+        t.log2_k_split(),
+        t.us(),
+        p.us,
+        100.0 * (p.us / t.us() - 1.0)
+    );
+    println!("{}", serde_json::to_string_pretty(&p)?);
+    if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
+        let f = std::fs::File::create(path)?;
+        tilegen_emu::timing::write_trace(tr, std::io::BufWriter::new(f))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn extrapolation(args: &Args) -> Option<KExtrapolation> {
+    (!args.full_k).then(|| match args.k_steps {
+        Some((short_steps, long_steps)) => KExtrapolation {
+            short_steps,
+            long_steps,
+        },
+        None => KExtrapolation::default(),
+    })
+}
+
+fn row_of<'a>(rows: &'a [CalibrationRow], line: u64) -> Option<&'a CalibrationRow> {
+    rows.iter().find(|r| r.row().line() == line)
+}
+
+fn cpu_report(runs: &[ModelRun], rows: &[CalibrationRow], wall: f64) -> String {
+    let mut s = String::new();
+    let mut cpu: Vec<&ModelRun> = runs.iter().collect();
+    if cpu.is_empty() {
+        return s;
+    }
+    cpu.sort_by(|a, b| a.cpu_seconds.total_cmp(&b.cpu_seconds));
+    let median = cpu[(cpu.len() - 1) / 2].cpu_seconds;
+    let total: f64 = cpu.iter().map(|r| r.cpu_seconds).sum();
+    let _ = writeln!(
+        s,
+        "timing model CPU time per row (one core): median {median:.3} s, total {total:.1} s over {} rows ({wall:.1} s wall)",
+        cpu.len()
+    );
+    let _ = writeln!(s, "  slowest rows:");
+    for r in cpu.iter().rev().take(3) {
+        if let Some(row) = row_of(rows, r.line) {
+            let t = row.row();
+            let _ = writeln!(
+                s,
+                "    {:.3} s  {}x{}x{} on {} (split 2^{}; {} rounds, {} instructions simulated)",
+                r.cpu_seconds,
+                t.m(),
+                t.n(),
+                t.k(),
+                row.kernel().tile_label(),
+                t.log2_k_split(),
+                r.rounds,
+                r.instructions
+            );
+        }
+    }
+    let over = cpu.iter().filter(|r| r.cpu_seconds > 2.0).count();
+    let _ = writeln!(s, "  rows over the 2 s budget: {over}\n");
+    s
+}
+
+fn detail(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
+    let mut s = String::new();
+    let mut runs: Vec<&ModelRun> = runs.iter().collect();
+    runs.sort_by_key(|r| r.line);
+    for r in runs {
+        let Some(row) = row_of(rows, r.line) else {
+            continue;
+        };
+        let t = row.row();
+        let _ = writeln!(
+            s,
+            "{:>6} {:>6} {:>6} {:>8} s{} {:>10.2} {:>10.2} {:>+7.1}% {:>16} mfma {:>4.2} hbm {:>6.0} r{:<3} {:.2}s",
+            t.m(),
+            t.n(),
+            t.k(),
+            row.kernel().tile_label(),
+            t.log2_k_split(),
+            t.us(),
+            r.us,
+            100.0 * (r.us / t.us() - 1.0),
+            format!("{:?}", r.bound),
+            r.mfma_busy,
+            r.hbm_gbs,
+            r.rounds,
+            r.cpu_seconds
+        );
+    }
+    s
+}
+
+fn runs_csv(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
+    let mut s = String::from(
+        "line,M,N,K,kernel,split,set,measured_us,model_us,launch_us,cycles,clock_ghz,bound,mfma_busy,hbm_gbs,rounds,instructions,cpu_s\n",
+    );
+    let mut runs: Vec<&ModelRun> = runs.iter().collect();
+    runs.sort_by_key(|r| r.line);
+    for r in runs {
+        let Some(row) = row_of(rows, r.line) else {
+            continue;
+        };
+        let t = row.row();
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{},{:.4},{:?},{:.4},{:.1},{},{},{:.4}",
+            r.line,
+            t.m(),
+            t.n(),
+            t.k(),
+            row.kernel().tile_label(),
+            t.log2_k_split(),
+            row.set().label(),
+            t.us(),
+            r.us,
+            r.launch_us,
+            r.cycles,
+            r.clock_ghz,
+            r.bound,
+            r.mfma_busy,
+            r.hbm_gbs,
+            r.rounds,
+            r.instructions,
+            r.cpu_seconds
+        );
+    }
+    s
 }

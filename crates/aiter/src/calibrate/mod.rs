@@ -12,12 +12,15 @@
 //! error `|predicted - measured| / measured`: median and p90 per set, per M range and per
 //! kernel, a CSV with every prediction and an SVG plot per predictor.
 
+pub mod fit;
+mod model;
 mod report;
 mod roofline;
 
 use std::error::Error;
 
 pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange};
+pub use model::{KExtrapolation, ModelRun, TimingModel, thread_cpu_seconds};
 pub use roofline::{Roofline, RooflineTerms};
 
 use crate::corpus::Corpus;

@@ -314,6 +314,69 @@ impl Evaluation {
         s
     }
 
+    /// Predictors `a` and `b` side by side on the same rows (those both predicted): median
+    /// and p90 per set and group, and which has the lower median and p90.
+    pub fn comparison(&self, a: usize, b: usize) -> String {
+        let mut s = String::new();
+        let (Some(ca), Some(cb)) = (self.columns.get(a), self.columns.get(b)) else {
+            return s;
+        };
+        let pct = |v: f64| {
+            if v.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.1}%", 100.0 * v)
+            }
+        };
+        let _ = writeln!(
+            s,
+            "{} vs {} on the same rows (median / p90 of |predicted - measured| / measured)",
+            cb.name, ca.name
+        );
+        let _ = writeln!(
+            s,
+            "  {:<12} {:<16} {:>5} {:>17} {:>17}  {}",
+            "set",
+            "group",
+            "rows",
+            ca.name,
+            cb.name,
+            format!("{} better", cb.name)
+        );
+        for g in self.groups(b) {
+            let mut ea = Vec::new();
+            let mut eb = Vec::new();
+            for (i, r) in self.rows.iter().enumerate() {
+                if r.set() != g.set || !g.group.contains(r) {
+                    continue;
+                }
+                if let (Ok(pa), Ok(pb)) = (&ca.predictions[i], &cb.predictions[i]) {
+                    ea.push(abs_rel_error(*pa, r.row().us()));
+                    eb.push(abs_rel_error(*pb, r.row().us()));
+                }
+            }
+            let (sa, sb) = (ErrorStats::new(ea, 0), ErrorStats::new(eb, 0));
+            let verdict = match (sb.median() < sa.median(), sb.p90() < sa.p90()) {
+                (true, true) => "median and p90",
+                (true, false) => "median",
+                (false, true) => "p90",
+                (false, false) => "no",
+            };
+            let _ = writeln!(
+                s,
+                "  {:<12} {:<16} {:>5} {:>8} / {:>6} {:>8} / {:>6}  {verdict}",
+                g.set.label(),
+                g.group.label(),
+                sa.rows(),
+                pct(sa.median()),
+                pct(sa.p90()),
+                pct(sb.median()),
+                pct(sb.p90()),
+            );
+        }
+        s
+    }
+
     /// One CSV row per table row: `M,N,K,kernel,split,set,measured_us`, then one column per
     /// predictor (empty where it failed).
     pub fn csv(&self) -> Result<String, AiterError> {
@@ -571,6 +634,10 @@ mod tests {
         assert_eq!(lines[0], "M,N,K,kernel,split,set,measured_us,double_us");
         assert_eq!(lines[1], "1,256,256,32x128,0,calibration,4,8.0000");
         assert_eq!(lines[3], "7,256,256,256x256,0,held-out,8,");
+        let twice = Evaluation::run(&rows, &[&Double, &Double]);
+        let cmp = twice.comparison(0, 1);
+        assert!(cmp.contains("held-out     all"), "{cmp}");
+        assert!(cmp.lines().all(|l| !l.ends_with("median and p90")), "{cmp}");
         let svg = eval.svg(0).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("32x128 (calibration)"));
         assert!(eval.svg(1).is_err());

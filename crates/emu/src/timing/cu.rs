@@ -209,7 +209,7 @@ pub(crate) struct Ctx<'a> {
     pub counts: Vec<u64>,
     pub probe: Probe,
     pub infos: Vec<Option<InstInfo>>,
-    pub knobs: Knobs,
+    pub knobs: std::sync::Arc<Knobs>,
     pub mem: MemSystem,
     pub budget: u64,
 }
@@ -284,9 +284,7 @@ impl WaveTiming {
                     bump(self.vm[self.vm.len() - vm - 1], Reason::WaitcntVm);
                 }
                 if self.lgkm.len() > lgkm {
-                    let mut v = self.lgkm.clone();
-                    v.sort_unstable();
-                    bump(v[v.len() - lgkm - 1], Reason::WaitcntLgkm);
+                    bump(kth_largest(&self.lgkm, lgkm), Reason::WaitcntLgkm);
                 }
             }
             Special::None | Special::End => {}
@@ -297,9 +295,7 @@ impl WaveTiming {
                 bump(self.vm[self.vm.len() - k.max_vm], Reason::WaitcntVm)
             }
             Unit::Lds | Unit::Smem if self.lgkm.len() >= k.max_lgkm => {
-                let mut v = self.lgkm.clone();
-                v.sort_unstable();
-                bump(v[v.len() - k.max_lgkm], Reason::WaitcntLgkm)
+                bump(kth_largest(&self.lgkm, k.max_lgkm - 1), Reason::WaitcntLgkm)
             }
             _ => {}
         }
@@ -331,6 +327,22 @@ impl WaveTiming {
             self.vm.pop_front();
         }
         self.lgkm.retain(|&c| c > t);
+    }
+}
+
+/// The `k`-th largest of `v` (`k` = 0: the largest); `v.len() > k`. The lgkm lists hold at
+/// most a counter's worth of entries, so they are sorted in a stack copy.
+fn kth_largest(v: &[u64], k: usize) -> u64 {
+    let mut buf = [0u64; 32];
+    if v.len() <= buf.len() {
+        let s = &mut buf[..v.len()];
+        s.copy_from_slice(v);
+        s.sort_unstable();
+        s[s.len() - 1 - k]
+    } else {
+        let mut c = v.to_vec();
+        c.sort_unstable();
+        c[c.len() - 1 - k]
     }
 }
 
@@ -553,7 +565,7 @@ impl Cu {
     /// Processes the issue slot at `t` (of SIMD `t % slot`). Returns the time of the CU's
     /// next event (`None` when nothing is resident).
     pub(crate) fn step(&mut self, t: u64, ctx: &mut Ctx<'_>) -> Result<Option<u64>, TimingError> {
-        let k = ctx.knobs.clone();
+        let k = std::sync::Arc::clone(&ctx.knobs);
         let s = (t % k.slot) as usize;
         if s < k.simds {
             self.account(s, t, k.slot);
@@ -672,7 +684,7 @@ impl Cu {
 
     /// Issues wave (`g`, `w`)'s next instruction at `t`: executes it and books its timing.
     fn issue(&mut self, g: usize, w: usize, t: u64, ctx: &mut Ctx<'_>) -> Result<(), TimingError> {
-        let k = ctx.knobs.clone();
+        let k = std::sync::Arc::clone(&ctx.knobs);
         let Some(wg) = self.wgs[g].as_mut() else {
             return Ok(());
         };
@@ -812,7 +824,10 @@ impl Cu {
                         }
                     }
                     let lines = &mut lines[..n];
-                    lines.sort_unstable();
+                    // Lanes usually address ascending lines: sort only when they do not.
+                    if !lines.is_sorted() {
+                        lines.sort_unstable();
+                    }
                     let mut done = (start + busy) as f64;
                     let mut prev = None;
                     for &line in lines.iter() {
@@ -833,6 +848,9 @@ impl Cu {
                     (0, t + k.l1_latency)
                 };
                 let _ = active_bytes;
+                if kind == Access::Load {
+                    ctx.mem.note_load(done.saturating_sub(t) as f64);
+                }
                 let done = done.max(wt.vm.back().copied().unwrap_or(0));
                 wt.vm.push_back(done);
             }

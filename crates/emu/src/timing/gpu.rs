@@ -174,7 +174,7 @@ pub(crate) fn simulate(
     mut dispatch: Dispatch,
     trace: Option<(TraceOptions, f64)>,
 ) -> Result<SimResult, TimingError> {
-    let k = ctx.knobs.clone();
+    let k = std::sync::Arc::clone(&ctx.knobs);
     let cap = occ.workgroups_per_cu as usize;
     let mut cus: Vec<Cu> = (0..n_cus)
         .map(|c| Cu::new(c, c / cus_per_xcd.max(1), cap, &k))

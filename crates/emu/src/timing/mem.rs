@@ -9,6 +9,18 @@ use serde::Serialize;
 
 use super::params::Params;
 
+/// An XOR fold of a line number: every 4-bit group of the line address flips the low bits,
+/// the way GPUs hash addresses over L2 channels (so strides of a power of two, such as the
+/// rows of a row-major matrix, do not all land on one channel).
+pub(crate) fn fold_hash(line: u64) -> u64 {
+    let mut h = line;
+    h ^= h >> 32;
+    h ^= h >> 16;
+    h ^= h >> 8;
+    h ^= h >> 4;
+    h
+}
+
 /// A set-associative LRU cache of line addresses.
 #[derive(Clone, Debug)]
 pub(crate) struct Cache {
@@ -17,7 +29,12 @@ pub(crate) struct Cache {
     /// `sets * ways` tags (`u64::MAX` = empty) and last-use stamps.
     tags: Vec<u64>,
     stamps: Vec<u64>,
+    /// When each way's data is (or will be) there: a hit on a line still being filled
+    /// waits for the fill (the miss-status holding register merges the request).
+    ready: Vec<f64>,
     clock: u64,
+    /// Index sets by [`fold_hash`] of the line (the L2) rather than its low bits (the L1).
+    hashed: bool,
 }
 
 impl Cache {
@@ -31,26 +48,60 @@ impl Cache {
             ways,
             tags: vec![u64::MAX; sets * ways],
             stamps: vec![0; sets * ways],
+            ready: vec![0.0; sets * ways],
             clock: 0,
+            hashed: false,
         }
+    }
+
+    /// The cache with its set index hashed from the whole line address.
+    pub(crate) fn hashed(mut self) -> Cache {
+        self.hashed = true;
+        self
     }
 
     /// Looks `line` (a line number) up; inserts it on a miss (evicting the least recently
     /// used way). Returns whether it hit.
+    #[cfg(test)]
     pub(crate) fn access(&mut self, line: u64) -> bool {
+        self.lookup(line).0
+    }
+
+    /// Looks `line` up, inserting it on a miss (evicting the least recently used way).
+    /// Returns whether it hit and its way, for [`ready`](Self::ready) and
+    /// [`fill`](Self::fill).
+    pub(crate) fn lookup(&mut self, line: u64) -> (bool, usize) {
         self.clock += 1;
-        let set = (line % self.sets as u64) as usize;
+        let key = if self.hashed { fold_hash(line) } else { line };
+        let set = (key % self.sets as u64) as usize;
         let base = set * self.ways;
         let tags = &mut self.tags[base..base + self.ways];
         let stamps = &mut self.stamps[base..base + self.ways];
-        if let Some(w) = tags.iter().position(|&t| t == line) {
-            stamps[w] = self.clock;
-            return true;
+        // One pass: the hit, or else the least recently used way.
+        let (mut victim, mut oldest) = (0, u64::MAX);
+        for (w, (&t, &st)) in tags.iter().zip(stamps.iter()).enumerate() {
+            if t == line {
+                stamps[w] = self.clock;
+                return (true, base + w);
+            }
+            if st < oldest {
+                (victim, oldest) = (w, st);
+            }
         }
-        let victim = (0..self.ways).min_by_key(|&w| stamps[w]).unwrap_or(0);
         tags[victim] = line;
         stamps[victim] = self.clock;
-        false
+        self.ready[base + victim] = 0.0;
+        (false, base + victim)
+    }
+
+    /// When the data of way `slot` is there.
+    pub(crate) fn ready(&self, slot: usize) -> f64 {
+        self.ready[slot]
+    }
+
+    /// Records when the data of way `slot` (just missed) arrives.
+    pub(crate) fn fill(&mut self, slot: usize, t: f64) {
+        self.ready[slot] = t;
     }
 }
 
@@ -59,31 +110,77 @@ impl Cache {
 #[derive(Clone, Debug)]
 pub(crate) struct FifoCache {
     capacity: usize,
-    present: HashMap<u64, ()>,
+    /// Lines present and when their data is there.
+    present: HashMap<u64, f64, BuildLineHasher>,
     order: VecDeque<u64>,
+}
+
+/// A multiplicative hash of line numbers (the standard library's SipHash is most of the
+/// MALL's cost, and line numbers need no protection from collisions chosen by an attacker).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BuildLineHasher;
+
+/// The hasher of [`BuildLineHasher`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LineHasher(u64);
+
+impl std::hash::Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        let x = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+impl std::hash::BuildHasher for BuildLineHasher {
+    type Hasher = LineHasher;
+
+    fn build_hasher(&self) -> LineHasher {
+        LineHasher(0)
+    }
 }
 
 impl FifoCache {
     pub(crate) fn new(lines: u64) -> FifoCache {
         FifoCache {
             capacity: lines.max(1) as usize,
-            present: HashMap::new(),
+            present: HashMap::default(),
             order: VecDeque::new(),
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn access(&mut self, line: u64) -> bool {
-        if self.present.contains_key(&line) {
-            return true;
+        let hit = self.lookup(line).is_some();
+        if !hit {
+            self.fill(line, 0.0);
         }
+        hit
+    }
+
+    /// When the data of `line` is there, if it is present (or being filled).
+    pub(crate) fn lookup(&self, line: u64) -> Option<f64> {
+        self.present.get(&line).copied()
+    }
+
+    /// Inserts `line` (just missed), whose data arrives at `t`, evicting the oldest line.
+    pub(crate) fn fill(&mut self, line: u64, t: f64) {
         if self.order.len() >= self.capacity
             && let Some(old) = self.order.pop_front()
         {
             self.present.remove(&old);
         }
-        self.present.insert(line, ());
+        self.present.insert(line, t);
         self.order.push_back(line);
-        false
     }
 }
 
@@ -137,6 +234,10 @@ pub struct MemoryReport {
     pub hbm_bytes: u64,
     /// Mean cycles an HBM request waited for bandwidth.
     pub hbm_mean_queue_cycles: f64,
+    /// Vector-memory load instructions (with data returned to the wave).
+    pub loads: u64,
+    /// Mean cycles from a load's issue to its data (all its lines back).
+    pub mean_load_latency_cycles: f64,
 }
 
 /// The hierarchy shared by the simulated CUs.
@@ -159,6 +260,7 @@ pub(crate) struct MemSystem {
     store_ack: f64,
     pub report: MemoryReport,
     hbm_requests: u64,
+    load_latency: f64,
 }
 
 /// What a vector-memory access does.
@@ -195,7 +297,7 @@ impl MemSystem {
                 .map(|_| Cache::new(v.l1_bytes.count(), line, v.l1_sets.count()))
                 .collect(),
             l2: (0..xcds)
-                .map(|_| Cache::new(v.l2_bytes.count(), line, (l2_lines / ways).max(1)))
+                .map(|_| Cache::new(v.l2_bytes.count(), line, (l2_lines / ways).max(1)).hashed())
                 .collect(),
             l2_ch: (0..xcds * channels)
                 .map(|_| Server::new(v.l2_channel_bytes_per_cycle.get() * l2_share))
@@ -211,6 +313,7 @@ impl MemSystem {
             store_ack: v.store_ack_latency_cycles.get(),
             report: MemoryReport::default(),
             hbm_requests: 0,
+            load_latency: 0.0,
         }
     }
 
@@ -223,23 +326,28 @@ impl MemSystem {
     /// returns when its data (or acknowledgement) is back.
     pub(crate) fn line(&mut self, cu: usize, xcd: usize, line: u64, t: f64, kind: Access) -> f64 {
         let bytes = self.line_bytes;
+        let mut l1_slot = None;
         if kind == Access::Load {
             self.report.l1_requests += 1;
-            if self.l1[cu].access(line) {
+            let (hit, slot) = self.l1[cu].lookup(line);
+            if hit {
                 self.report.l1_hits += 1;
-                return t + self.l1_lat;
+                return (t + self.l1_lat).max(self.l1[cu].ready(slot));
             }
+            l1_slot = Some(slot);
         }
-        // The L2 channel of this line (lines interleave over the channels).
-        let ch = xcd * self.channels + (line % self.channels as u64) as usize;
+        // The L2 channel of this line: lines interleave over the channels through an XOR
+        // hash of the line address, so power-of-two strides spread.
+        let ch = xcd * self.channels + (fold_hash(line) % self.channels as u64) as usize;
         let t2 = self.l2_ch[ch].serve(t, bytes);
         self.report.l2_requests += 1;
-        let l2_hit = self.l2[xcd].access(line);
+        let (l2_hit, l2_slot) = self.l2[xcd].lookup(line);
         match kind {
             Access::Store => {
                 // Write-back L2: the line reaches HBM later; its bandwidth is taken now.
                 if !l2_hit {
                     self.hbm_traffic(t2, bytes);
+                    self.l2[xcd].fill(l2_slot, t2);
                 } else {
                     self.report.l2_hits += 1;
                 }
@@ -250,23 +358,43 @@ impl MemSystem {
                     self.report.l2_hits += 1;
                 } else {
                     self.hbm_traffic(t2, bytes);
+                    self.l2[xcd].fill(l2_slot, t2 + self.l2_lat);
                 }
                 return t2 + self.l2_lat;
             }
             Access::Load => {}
         }
-        if l2_hit {
+        let done = if l2_hit {
             self.report.l2_hits += 1;
-            return t2 + self.l2_lat;
+            (t2 + self.l2_lat).max(self.l2[xcd].ready(l2_slot))
+        } else {
+            let t3 = self.mall_srv.serve(t2, bytes);
+            self.report.mall_requests += 1;
+            let done = match self.mall.lookup(line) {
+                Some(ready) => {
+                    self.report.mall_hits += 1;
+                    (t3 + self.l2_lat + self.mall_lat).max(ready)
+                }
+                None => {
+                    let t4 = self.hbm_traffic(t3, bytes);
+                    let done = t4 + self.l2_lat + self.mall_lat + self.hbm_lat;
+                    self.mall.fill(line, done);
+                    done
+                }
+            };
+            self.l2[xcd].fill(l2_slot, done);
+            done
+        };
+        if let Some(slot) = l1_slot {
+            self.l1[cu].fill(slot, done);
         }
-        let t3 = self.mall_srv.serve(t2, bytes);
-        self.report.mall_requests += 1;
-        if self.mall.access(line) {
-            self.report.mall_hits += 1;
-            return t3 + self.l2_lat + self.mall_lat;
-        }
-        let t4 = self.hbm_traffic(t3, bytes);
-        t4 + self.l2_lat + self.mall_lat + self.hbm_lat
+        done
+    }
+
+    /// Notes a load instruction whose data took `cycles` from issue.
+    pub(crate) fn note_load(&mut self, cycles: f64) {
+        self.report.loads += 1;
+        self.load_latency += cycles;
     }
 
     fn hbm_traffic(&mut self, t: f64, bytes: u64) -> f64 {
@@ -280,6 +408,11 @@ impl MemSystem {
         let mut r = self.report.clone();
         r.hbm_mean_queue_cycles = if self.hbm_requests > 0 {
             self.hbm.waited / self.hbm_requests as f64
+        } else {
+            0.0
+        };
+        r.mean_load_latency_cycles = if r.loads > 0 {
+            self.load_latency / r.loads as f64
         } else {
             0.0
         };
@@ -328,6 +461,35 @@ mod tests {
         assert!(l2 > l1 && l2 < first, "{l1} {l2} {first}");
         assert_eq!((m.report.l1_hits, m.report.l2_hits), (1, 1));
         assert_eq!(m.report.hbm_bytes, 128);
+    }
+
+    #[test]
+    fn a_hit_on_a_line_in_flight_waits_for_its_fill() {
+        let p = Params::mi355x();
+        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0);
+        let first = m.line(0, 0, 7, 0.0, Access::Load);
+        // Another CU asks for the line 10 cycles later: an L2 hit, but the data is still on
+        // its way from HBM.
+        let second = m.line(1, 0, 7, 10.0, Access::Load);
+        assert_eq!(m.report.l2_hits, 1);
+        assert!(second >= first, "{second} < {first}");
+        // The same CU again: an L1 hit that also waits.
+        let third = m.line(0, 0, 7, 20.0, Access::Load);
+        assert_eq!(m.report.l1_hits, 1);
+        assert!(third >= first, "{third} < {first}");
+        // Once the data is there, hits take their own latency.
+        let late = m.line(1, 0, 7, 1e6, Access::Load) - 1e6;
+        assert_eq!(late, p.vmem.l1_hit_latency_cycles.get());
+    }
+
+    #[test]
+    fn power_of_two_strides_spread_over_the_l2_channels() {
+        // Rows of a row-major matrix 4 KiB apart (32 lines): all on channel 0 by the low bits.
+        for stride in [32u64, 64, 128, 1024] {
+            let channels: std::collections::BTreeSet<u64> =
+                (0..64).map(|r| fold_hash(r * stride) % 16).collect();
+            assert_eq!(channels.len(), 16, "stride {stride}: {channels:?}");
+        }
     }
 
     #[test]

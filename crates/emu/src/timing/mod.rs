@@ -12,9 +12,13 @@
 //! completion times (vmcnt in order; lgkmcnt mixing LDS and SMEM), `s_barrier`, `s_sleep`,
 //! `s_nop`. Vector memory goes through a vL1D per CU, the L2 of the XCD, the MALL and HBM,
 //! keyed by the line addresses the instructions computed; every level with a bandwidth is a
-//! FIFO server, so latency grows with load. Matrix arithmetic is skipped (accumulators keep
-//! their values) unless [`TimingOptions::exact_mfma`] is set: it is most of the emulation
-//! cost and never decides an address or a branch of a GEMM.
+//! FIFO server, so latency grows with load. The L2 channel and set of a line come from an XOR
+//! fold of its whole address (so the rows of a row-major operand, a power of two apart, spread
+//! over the channels instead of queueing on one), and a hit on a line whose fill is still in
+//! flight waits for that fill (the request merges with the miss), at every level. Matrix
+//! arithmetic is skipped (accumulators keep their values) unless
+//! [`TimingOptions::exact_mfma`] is set: it is most of the emulation cost and never decides
+//! an address or a branch of a GEMM.
 //!
 //! # The whole GPU, and the sample
 //! Occupancy comes from the kernel descriptor ([`occupancy`]). Workgroup `i` goes to XCD
@@ -30,11 +34,14 @@
 //! method against a full simulation is measured by a test on mid-size grids.
 //!
 //! # What is approximate
-//! Parameters marked "estimate" in `params.toml` (launch overhead, dispatch, scalar-cache,
-//! L1 and store latencies, MALL bandwidth) await calibration; the clock is one number per
-//! kernel (the sustained MFMA clock for kernels with matrix instructions, else the peak); the
-//! instruction cache, the scalar cache, TLBs, DRAM pages and write-after-read hazards are not
-//! modelled; the L2 channel of a line is its line number modulo 16.
+//! The parameters no document gives (the clock sustained under matrix load, launch overhead,
+//! workgroup dispatch, the loaded HBM and MALL latencies and bandwidths, the L2 latency, ...)
+//! are fitted on the calibration rows of AMD's measured AITER table (`tilegen-aiter`'s
+//! `aiter-calibrate --fit`; their sources in `params.toml` say so, and say which ones those
+//! rows cannot identify). The clock is one number per kernel (the sustained MFMA clock for
+//! kernels with matrix instructions, else the peak); the instruction cache, the scalar cache,
+//! TLBs, DRAM pages and write-after-read hazards are not modelled; the XOR fold that picks a
+//! line's L2 channel stands in for the hardware's undocumented address hash.
 
 mod cu;
 mod gpu;
@@ -295,7 +302,7 @@ fn run(
             ..Probe::default()
         },
         infos: infos.clone(),
-        knobs: Knobs::new(params),
+        knobs: std::sync::Arc::new(Knobs::new(params)),
         mem: mem::MemSystem::new(params, cus, sim_xcds, clock, gpu_share, l2_share),
         budget: opts.wave_instruction_budget,
     };
@@ -503,6 +510,13 @@ fn add_report(a: &mut MemoryReport, b: &MemoryReport) {
     a.mall_hits += b.mall_hits;
     a.hbm_bytes += b.hbm_bytes;
     a.hbm_mean_queue_cycles = a.hbm_mean_queue_cycles.max(b.hbm_mean_queue_cycles);
+    let loads = a.loads + b.loads;
+    if loads > 0 {
+        a.mean_load_latency_cycles = (a.mean_load_latency_cycles * a.loads as f64
+            + b.mean_load_latency_cycles * b.loads as f64)
+            / loads as f64;
+    }
+    a.loads = loads;
 }
 
 fn classify_bound(

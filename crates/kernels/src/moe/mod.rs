@@ -1,6 +1,26 @@
-//! Grouped MXFP4 mixture-of-experts: token routing and the sorted layout the grouped kernels
-//! read.
+//! Grouped MXFP4 mixture-of-experts: token routing, the sorted layout the grouped kernels
+//! read, and the layer's kernels.
+//!
+//! ```no_run
+//! use tilegen_kernels::moe::{Activation, MoeSpec};
+//! let layer = MoeSpec::new(Activation::Swiglu).block_m(16).build()?;
+//! for k in layer.kernels() {
+//!     println!("{}: {} VGPRs", k.name(), k.report().vgpr_count);
+//! }
+//! # Ok::<(), tilegen_kernels::moe::MoeError>(())
+//! ```
 
+mod gather;
+mod layer;
 pub mod routing;
+mod spec;
+mod stages;
+mod template;
 
+pub use layer::{
+    DeviceWeights, MoeBuffers, MoeError, MoeKernel, MoeLaunch, MoeLayer, MoePlan, MoeRun,
+    PreshuffledExpert, expert_bytes,
+};
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
+pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};
+pub use template::{MoeModel, MoeSpace, MoeTemplate, MoeTemplatePlan};

@@ -361,7 +361,12 @@ pub fn route(
     } = scoring
     {
         let (g, keep) = (*groups, *keep);
-        if g == 0 || !experts.is_multiple_of(g) || keep == 0 || keep > g || keep * (experts / g) < topk {
+        if g == 0
+            || !experts.is_multiple_of(g)
+            || keep == 0
+            || keep > g
+            || keep * (experts / g) < topk
+        {
             return Err(RoutingError::BadGroups {
                 groups: g,
                 keep,

@@ -1,0 +1,528 @@
+//! Fitting the timing model's free parameters on the calibration rows, and nothing else.
+//!
+//! # The procedure
+//! The free parameters are the entries of `params.toml` whose source is an estimate or a
+//! derivation ([`FREE`]); the measured and documented ones (MFMA passes, cache sizes, LDS
+//! banks, ...) are not touched. The objective is the one the harness reports: the median plus
+//! the 90th percentile of the absolute relative error `|predicted - measured| / measured` over
+//! the [`Set::Calibration`](crate::calibrate::Set) rows (the caller passes only those).
+//!
+//! * The launch overhead is additive: it is never simulated. For a set of simulated kernel
+//!   times it is chosen by a scan of 0 to [`MAX_LAUNCH_US`] in steps of 0.01 µs that minimises
+//!   the objective, so every candidate of the other parameters is scored at its best launch
+//!   overhead without running the model again.
+//! * Every other parameter is fitted by coordinate descent on a multiplicative grid: from the
+//!   current values, each parameter in [`FREE`] order is tried at `x (1 + s)` and `x / (1 + s)`
+//!   (clamped to its range); the best of the three is kept and, while a move improves the
+//!   objective, the search keeps stepping that way. A sweep visits every parameter once; the
+//!   sweeps use the steps of [`STEPS`] (coarse, then fine). Each candidate is one run of the
+//!   model on every calibration row (rows in parallel). The fine sweeps skip the parameters
+//!   the coarse one found flat.
+//! * A parameter whose trials all leave the objective unchanged (within 1e-4) is not
+//!   identifiable from these rows: it keeps its value and its source says so.
+
+use std::fmt::Write as _;
+
+use rayon::prelude::*;
+use tilegen_emu::timing::{Param, Params};
+
+use crate::calibrate::{CalibrationRow, PredictError, TimingModel};
+use crate::error::AiterError;
+
+/// The source written for every fitted entry.
+pub const CALIBRATED_SOURCE: &str = "calibrated on AITER a4w4_blockscale_tuned_gemm.csv calibration rows (32x128, 128x512, 160x256 kernels)";
+
+/// Largest launch overhead the scan considers, µs.
+pub const MAX_LAUNCH_US: f64 = 10.0;
+
+/// Relative steps of the coordinate-descent sweeps.
+pub const STEPS: [f64; 2] = [0.25, 0.08];
+
+/// Objective changes below this are no change.
+const FLAT: f64 = 1e-4;
+
+/// A free parameter: its dotted name in `params.toml`, its range and how to reach it.
+#[derive(Clone, Copy)]
+pub struct FreeParam {
+    /// `table.entry` in `params.toml`.
+    pub name: &'static str,
+    /// Smallest value tried.
+    pub min: f64,
+    /// Largest value tried.
+    pub max: f64,
+    /// Whether the value is a whole number (cycles).
+    pub integer: bool,
+    entry: fn(&mut Params) -> &mut Param,
+}
+
+/// The parameters the procedure fits besides the launch overhead (`clock.launch_overhead_us`),
+/// in the order the sweeps visit them: the clock first (it scales everything the matrix cores
+/// bound), then the memory system from the far end in, then the small latencies.
+pub const FREE: [FreeParam; 11] = [
+    FreeParam {
+        name: "clock.mfma_sustained_ghz",
+        min: 0.8,
+        max: 2.4,
+        integer: false,
+        entry: |p| &mut p.clock.mfma_sustained_ghz,
+    },
+    FreeParam {
+        name: "vmem.hbm_latency_ns",
+        min: 20.0,
+        max: 3000.0,
+        integer: false,
+        entry: |p| &mut p.vmem.hbm_latency_ns,
+    },
+    FreeParam {
+        name: "vmem.hbm_gbs",
+        min: 2000.0,
+        max: 8000.0,
+        integer: false,
+        entry: |p| &mut p.vmem.hbm_gbs,
+    },
+    FreeParam {
+        name: "vmem.mall_latency_ns",
+        min: 20.0,
+        max: 2000.0,
+        integer: false,
+        entry: |p| &mut p.vmem.mall_latency_ns,
+    },
+    FreeParam {
+        name: "vmem.mall_gbs",
+        min: 2000.0,
+        max: 40000.0,
+        integer: false,
+        entry: |p| &mut p.vmem.mall_gbs,
+    },
+    FreeParam {
+        name: "vmem.l2_hit_latency_cycles",
+        min: 40.0,
+        max: 2000.0,
+        integer: true,
+        entry: |p| &mut p.vmem.l2_hit_latency_cycles,
+    },
+    FreeParam {
+        name: "clock.workgroup_dispatch_cycles",
+        min: 10.0,
+        max: 5000.0,
+        integer: true,
+        entry: |p| &mut p.clock.workgroup_dispatch_cycles,
+    },
+    FreeParam {
+        name: "vmem.l1_hit_latency_cycles",
+        min: 20.0,
+        max: 1000.0,
+        integer: true,
+        entry: |p| &mut p.vmem.l1_hit_latency_cycles,
+    },
+    FreeParam {
+        name: "salu.smem_latency_cycles",
+        min: 20.0,
+        max: 2000.0,
+        integer: true,
+        entry: |p| &mut p.salu.smem_latency_cycles,
+    },
+    FreeParam {
+        name: "vmem.store_ack_latency_cycles",
+        min: 20.0,
+        max: 4000.0,
+        integer: true,
+        entry: |p| &mut p.vmem.store_ack_latency_cycles,
+    },
+    FreeParam {
+        name: "issue.barrier_latency_cycles",
+        min: 4.0,
+        max: 400.0,
+        integer: true,
+        entry: |p| &mut p.issue.barrier_latency_cycles,
+    },
+];
+
+impl FreeParam {
+    /// The parameter's value in `p`.
+    pub fn get(&self, p: &Params) -> f64 {
+        let mut q = p.clone();
+        (self.entry)(&mut q).value
+    }
+
+    /// `p` with this parameter at `v` (clamped to the range, rounded if whole).
+    pub fn with(&self, p: &Params, v: f64) -> Params {
+        let mut q = p.clone();
+        let v = v.clamp(self.min, self.max);
+        (self.entry)(&mut q).value = if self.integer { v.round() } else { v };
+        q
+    }
+
+    fn set_source(&self, p: &mut Params, source: String) {
+        (self.entry)(p).source = source;
+    }
+}
+
+/// Median plus 90th percentile (nearest rank) of the absolute relative errors of
+/// `kernel_us + launch_us` against `measured`.
+pub fn objective(kernel_us: &[f64], measured: &[f64], launch_us: f64) -> f64 {
+    let mut e: Vec<f64> = kernel_us
+        .iter()
+        .zip(measured)
+        .map(|(k, m)| (k + launch_us - m).abs() / m)
+        .collect();
+    if e.is_empty() {
+        return f64::INFINITY;
+    }
+    e.sort_by(f64::total_cmp);
+    let q = |p: f64| e[((p * e.len() as f64).ceil() as usize).clamp(1, e.len()) - 1];
+    q(0.5) + q(0.9)
+}
+
+/// The launch overhead (0 to [`MAX_LAUNCH_US`], 0.01 µs steps) minimising [`objective`], and
+/// the objective there.
+pub fn best_launch(kernel_us: &[f64], measured: &[f64]) -> (f64, f64) {
+    (0..=(MAX_LAUNCH_US * 100.0) as u32)
+        .map(|i| {
+            let l = i as f64 / 100.0;
+            (l, objective(kernel_us, measured, l))
+        })
+        .fold((0.0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a })
+}
+
+/// One candidate the search scored.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    /// The parameter moved (`None`: the starting point).
+    pub param: Option<&'static str>,
+    /// Its value.
+    pub value: f64,
+    /// Best launch overhead for it, µs.
+    pub launch_us: f64,
+    /// Objective (median + p90) at that launch overhead.
+    pub objective: f64,
+    /// CPU seconds the model took over all rows.
+    pub cpu_seconds: f64,
+}
+
+/// What the procedure found.
+pub struct Fitted {
+    /// The fitted parameters (every fitted entry's source set).
+    pub params: Params,
+    /// Objective of the starting parameters (with their best launch overhead).
+    pub start_objective: f64,
+    /// Objective of the fitted parameters.
+    pub objective: f64,
+    /// `(name, start value, fitted value, identifiable)` per free parameter, launch first.
+    pub values: Vec<(&'static str, f64, f64, bool)>,
+    /// Every candidate scored, in order.
+    pub trials: Vec<Trial>,
+}
+
+impl Fitted {
+    /// The fitted entries as a `params.toml` override (each with its source).
+    pub fn toml(&self) -> String {
+        let mut by_table: Vec<(&str, Vec<(&str, Param)>)> = Vec::new();
+        let launch = ("clock.launch_overhead_us", self.params.clock.launch_overhead_us.clone());
+        let entries = std::iter::once(launch).chain(
+            FREE.iter()
+                .map(|f| (f.name, (f.entry)(&mut self.params.clone()).clone())),
+        );
+        for (name, param) in entries {
+            let (table, key) = name.split_once('.').unwrap_or(("", name));
+            match by_table.iter_mut().find(|(t, _)| *t == table) {
+                Some((_, v)) => v.push((key, param)),
+                None => by_table.push((table, vec![(key, param)])),
+            }
+        }
+        let mut s = String::from(
+            "# Timing-model parameters fitted by `aiter-calibrate --fit` on the calibration rows\n",
+        );
+        for (table, entries) in by_table {
+            let _ = writeln!(s, "\n[{table}]");
+            for (key, p) in entries {
+                let _ = writeln!(
+                    s,
+                    "{key} = {{ value = {}, source = {:?} }}",
+                    format_value(p.value),
+                    p.source
+                );
+            }
+        }
+        s
+    }
+
+    /// The procedure's outcome in words.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "fit on the calibration rows: median + p90 {:.1}% -> {:.1}% after {} candidates ({:.0} s of model CPU time)",
+            100.0 * self.start_objective,
+            100.0 * self.objective,
+            self.trials.len(),
+            self.trials.iter().map(|t| t.cpu_seconds).sum::<f64>()
+        );
+        for (name, from, to, identifiable) in &self.values {
+            let _ = writeln!(
+                s,
+                "  {name:<34} {:>10} -> {:>10}{}",
+                format_value(*from),
+                format_value(*to),
+                if *identifiable {
+                    ""
+                } else {
+                    "  (not identifiable: kept)"
+                }
+            );
+        }
+        s
+    }
+}
+
+/// `text` (a `params.toml`) with the entries the fit owns (the launch overhead and
+/// [`FREE`]) replaced by their values and sources in `params`; every other line is kept.
+pub fn update_params_toml(text: &str, params: &Params) -> String {
+    let mut owned: Vec<(&str, Param)> = vec![(
+        "clock.launch_overhead_us",
+        params.clock.launch_overhead_us.clone(),
+    )];
+    owned.extend(
+        FREE.iter()
+            .map(|f| (f.name, (f.entry)(&mut params.clone()).clone())),
+    );
+    let mut table = String::new();
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') && !t.starts_with("[[") {
+            table = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        } else if t.starts_with("[[") {
+            table = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        }
+        let key = t.split_once('=').map(|(k, _)| k.trim());
+        let hit = key.and_then(|k| {
+            owned
+                .iter()
+                .find(|(name, _)| *name == format!("{table}.{k}"))
+        });
+        match hit {
+            Some((name, p)) if t.contains("value") => {
+                let key = name.split_once('.').map_or(*name, |(_, k)| k);
+                let _ = writeln!(
+                    out,
+                    "{key} = {{ value = {}, source = {:?} }}",
+                    format_value(p.value),
+                    p.source
+                );
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn format_value(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+/// Simulated kernel times (without launch overhead) of `rows` under `params`, in row order,
+/// and the model's CPU seconds over all rows.
+pub fn kernel_times(
+    rows: &[CalibrationRow],
+    params: &Params,
+) -> Result<(Vec<f64>, f64), PredictError> {
+    let model = TimingModel::new(params.clone());
+    let runs: Vec<(f64, f64)> = rows
+        .par_iter()
+        .map(|r| {
+            let (p, cpu) = model.run(r.row(), r.kernel())?;
+            Ok((p.us - p.launch_us, cpu))
+        })
+        .collect::<Result<_, PredictError>>()?;
+    Ok((
+        runs.iter().map(|r| r.0).collect(),
+        runs.iter().map(|r| r.1).sum(),
+    ))
+}
+
+/// Fits the free parameters of `start` on `rows` (pass the calibration rows only) by the
+/// procedure of the module documentation; `log` receives a line per candidate.
+pub fn fit(
+    rows: &[CalibrationRow],
+    start: &Params,
+    log: &mut dyn FnMut(&str),
+) -> Result<Fitted, AiterError> {
+    let fit_err = |problem: String| AiterError::Fit {
+        predictor: TimingModel::NAME.into(),
+        problem,
+    };
+    if rows.is_empty() {
+        return Err(fit_err("no calibration rows".into()));
+    }
+    let measured: Vec<f64> = rows.iter().map(|r| r.row().us()).collect();
+    let mut trials = Vec::new();
+    let score = |params: &Params,
+                 param: Option<&'static str>,
+                 value: f64,
+                 trials: &mut Vec<Trial>,
+                 log: &mut dyn FnMut(&str)|
+     -> Result<(f64, f64), AiterError> {
+        let (k, cpu) = kernel_times(rows, params)
+            .map_err(|e| fit_err(format!("the model failed on a calibration row: {e}")))?;
+        let (launch, obj) = best_launch(&k, &measured);
+        log(&format!(
+            "  {:<34} {:>10}  launch {launch:5.2} us  median+p90 {:6.2}%  ({cpu:.0} s CPU)",
+            param.unwrap_or("start"),
+            format_value(value),
+            100.0 * obj
+        ));
+        trials.push(Trial {
+            param,
+            value,
+            launch_us: launch,
+            objective: obj,
+            cpu_seconds: cpu,
+        });
+        Ok((launch, obj))
+    };
+    let mut cur = start.clone();
+    let (mut launch, start_objective) = score(&cur, None, 0.0, &mut trials, log)?;
+    let mut best = start_objective;
+    let mut sensitive = [false; FREE.len()];
+    for (sweep, &step) in STEPS.iter().enumerate() {
+        log(&format!("sweep {} (steps of {:.0}%)", sweep + 1, 100.0 * step));
+        for (i, f) in FREE.iter().enumerate() {
+            if sweep > 0 && !sensitive[i] {
+                // Flat in the coarse sweep: the fine one would be flat too.
+                continue;
+            }
+            let x0 = f.get(&cur);
+            let mut moved = false;
+            for dir in [1.0 + step, 1.0 / (1.0 + step)] {
+                let mut x = x0;
+                loop {
+                    let next = f.with(&cur, x * dir);
+                    let xn = f.get(&next);
+                    if xn == f.get(&cur) {
+                        break;
+                    }
+                    let (l, obj) = score(&next, Some(f.name), xn, &mut trials, log)?;
+                    if (obj - best).abs() > FLAT {
+                        sensitive[i] = true;
+                    }
+                    if obj < best - FLAT {
+                        (cur, best, launch, x, moved) = (next, obj, l, xn, true);
+                    } else {
+                        break;
+                    }
+                }
+                if moved {
+                    break;
+                }
+            }
+        }
+    }
+    let mut params = cur;
+    params.clock.launch_overhead_us.value = launch;
+    params.clock.launch_overhead_us.source = CALIBRATED_SOURCE.to_string();
+    let mut values = vec![(
+        "clock.launch_overhead_us",
+        start.clock.launch_overhead_us.value,
+        launch,
+        true,
+    )];
+    for (i, f) in FREE.iter().enumerate() {
+        let from = f.get(start);
+        let to = f.get(&params);
+        if sensitive[i] {
+            f.set_source(&mut params, CALIBRATED_SOURCE.to_string());
+        } else {
+            let old = (f.entry)(&mut params.clone()).source.clone();
+            f.set_source(
+                &mut params,
+                format!("{old}; not identifiable on the AITER calibration rows (the fit's trials left the error unchanged)"),
+            );
+        }
+        values.push((f.name, from, to, sensitive[i]));
+    }
+    Ok(Fitted {
+        params,
+        start_objective,
+        objective: best,
+        values,
+        trials,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objective_is_median_plus_p90_and_launch_is_scanned() {
+        let measured = [10.0; 10];
+        let kernel: Vec<f64> = (0..10).map(|i| 7.0 + i as f64 * 0.1).collect();
+        // Errors at launch 2: |7.0 + 0.1 i + 2 - 10| / 10 = 0.1 - 0.01 i, i.e. 0.01 to 0.10:
+        // the 5th (median) and 9th (p90) smallest are 0.05 and 0.09.
+        let o = objective(&kernel, &measured, 2.0);
+        assert!((o - (0.05 + 0.09)).abs() < 1e-12, "{o}");
+        let (l, best) = best_launch(&kernel, &measured);
+        assert!(best < o && (2.0..=3.0).contains(&l), "{l} {best}");
+    }
+
+    #[test]
+    fn free_parameters_round_trip_and_clamp() {
+        let p = Params::mi355x();
+        for f in FREE {
+            let v = f.get(&p);
+            assert!(v >= f.min && v <= f.max, "{} = {v} outside its range", f.name);
+            assert_eq!(f.get(&f.with(&p, v)), v);
+            assert_eq!(f.get(&f.with(&p, f.max * 10.0)), f.max);
+        }
+        let q = FREE[6].with(&p, 123.4);
+        assert_eq!(q.clock.workgroup_dispatch_cycles.value, 123.0);
+    }
+
+    #[test]
+    fn the_override_names_every_fitted_entry_with_its_source() {
+        let mut params = Params::mi355x();
+        params.clock.mfma_sustained_ghz.value = 1.3;
+        params.clock.mfma_sustained_ghz.source = CALIBRATED_SOURCE.into();
+        let f = Fitted {
+            params,
+            start_objective: 1.0,
+            objective: 0.5,
+            values: vec![],
+            trials: vec![],
+        };
+        let toml = f.toml();
+        let back = Params::from_toml_str(&toml).unwrap();
+        assert_eq!(back.clock.mfma_sustained_ghz.value, 1.3);
+        assert_eq!(back.clock.mfma_sustained_ghz.source, CALIBRATED_SOURCE);
+        for name in FREE.iter().map(|f| f.name) {
+            let key = name.split_once('.').unwrap().1;
+            assert!(toml.contains(&format!("{key} = ")), "{name}");
+        }
+        // Written into the embedded table, the fitted entries change and nothing else.
+        let updated = update_params_toml(Params::DEFAULT_TOML, &f.params);
+        let reread = Params::from_toml_str(&updated).unwrap();
+        assert_eq!(reread, f.params);
+        assert_eq!(
+            updated.lines().count(),
+            Params::DEFAULT_TOML.lines().count()
+        );
+        let changed: Vec<(&str, &str)> = updated
+            .lines()
+            .zip(Params::DEFAULT_TOML.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(changed[0].0.starts_with("mfma_sustained_ghz = { value = 1.3, "));
+    }
+}

@@ -1,0 +1,402 @@
+//! [`AttentionSpec`]: what to build, validated before LLVM sees it; [`AttentionKernels`]: what
+//! comes back.
+
+use serde::Serialize;
+use tilegen_dsl::target::LDS_BYTES;
+use tilegen_dsl::{CompileOptions, Context, Kernel, KernelAttrs, Timings};
+
+use crate::compiled::{ReportError, ResourceReport};
+use crate::paged::{PagedError, PagedTile};
+
+use super::{BLOCK_N, kernel, reduce};
+
+/// Query heads per KV head the kernel supports (one 16-column MFMA tile holds the group).
+pub const GROUP_SIZES: [u32; 4] = [1, 4, 8, 16];
+/// Head dimensions the kernel supports.
+pub const HEAD_DIMS: [u32; 2] = [64, 128];
+/// Page sizes the kernel supports (0: a contiguous cache).
+pub const PAGE_SIZES: [u32; 4] = [0, 16, 32, 64];
+/// The largest split of the keys across workgroups.
+pub const MAX_SPLIT_KV: u32 = 64;
+/// The most waves per workgroup.
+pub const MAX_WAVES: u32 = 4;
+
+/// A rule an [`AttentionSpec`] breaks.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AttentionSpecError {
+    /// Heads must be positive and the query heads a multiple of the KV heads.
+    #[error(
+        "q_heads = {q_heads}, kv_heads = {kv_heads}: both positive, q_heads a multiple of kv_heads"
+    )]
+    Heads {
+        /// Query heads.
+        q_heads: u32,
+        /// KV heads.
+        kv_heads: u32,
+    },
+    /// The group of query heads per KV head must fit one 16-column MFMA tile.
+    #[error("q_heads / kv_heads = {group}: the kernel supports groups of {GROUP_SIZES:?}")]
+    Group {
+        /// Query heads per KV head.
+        group: u32,
+    },
+    /// The head dimension.
+    #[error("head_dim = {head_dim}: the kernel supports {HEAD_DIMS:?}")]
+    HeadDim {
+        /// The head dimension.
+        head_dim: u32,
+    },
+    /// The page size.
+    #[error("page_size = {page_size}: the kernel supports {PAGE_SIZES:?} (0: contiguous)")]
+    PageSize {
+        /// The page size.
+        page_size: u32,
+    },
+    /// The split of the keys.
+    #[error("split_kv = {split_kv}: must be 1 to {MAX_SPLIT_KV}")]
+    SplitKv {
+        /// The split.
+        split_kv: u32,
+    },
+    /// Waves per workgroup.
+    #[error("waves = {waves}: must be 1 to {MAX_WAVES}")]
+    Waves {
+        /// Waves per workgroup.
+        waves: u32,
+    },
+    /// The softmax scale.
+    #[error("sm_scale = {sm_scale}: must be finite and positive")]
+    SmScale {
+        /// The scale.
+        sm_scale: f32,
+    },
+    /// The LDS the waves' K and V tiles need.
+    #[error(
+        "{waves} waves x 2 tiles x {BLOCK_N} x {head_dim} bytes = {bytes} bytes of LDS: the limit is {LDS_BYTES}"
+    )]
+    Lds {
+        /// Waves per workgroup.
+        waves: u32,
+        /// The head dimension.
+        head_dim: u32,
+        /// Bytes needed.
+        bytes: u64,
+    },
+    /// The tile does not nest with the pages (cannot happen for the supported sizes; kept so
+    /// the paged geometry's own rule is reported, not unwrapped).
+    #[error(transparent)]
+    Paged(#[from] PagedError),
+}
+
+/// A paged FP8 decode attention configuration. Built with [`AttentionSpec::new`] and setters;
+/// [`AttentionSpec::build`] validates it and compiles both kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AttentionSpec {
+    /// Query heads.
+    pub q_heads: u32,
+    /// KV heads.
+    pub kv_heads: u32,
+    /// Elements per head.
+    pub head_dim: u32,
+    /// Rows per page (0: contiguous cache).
+    pub page_size: u32,
+    /// Workgroups the keys of one (sequence, KV head) are split over.
+    pub split_kv: u32,
+    /// Waves per workgroup (each an independent partial).
+    pub waves: u32,
+    /// Softmax scale.
+    pub sm_scale: f32,
+}
+
+impl AttentionSpec {
+    /// `q_heads` query heads over `kv_heads` KV heads of `head_dim`, pages of `page_size` rows
+    /// (0: contiguous); one split, one wave, `sm_scale = 1 / sqrt(head_dim)`.
+    pub fn new(q_heads: u32, kv_heads: u32, head_dim: u32, page_size: u32) -> Self {
+        AttentionSpec {
+            q_heads,
+            kv_heads,
+            head_dim,
+            page_size,
+            split_kv: 1,
+            waves: 1,
+            sm_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+        }
+    }
+
+    /// Splits the keys over `split_kv` workgroups.
+    pub fn split_kv(self, split_kv: u32) -> Self {
+        AttentionSpec { split_kv, ..self }
+    }
+
+    /// `waves` waves per workgroup.
+    pub fn waves(self, waves: u32) -> Self {
+        AttentionSpec { waves, ..self }
+    }
+
+    /// The softmax scale.
+    pub fn sm_scale(self, sm_scale: f32) -> Self {
+        AttentionSpec { sm_scale, ..self }
+    }
+
+    /// Query heads per KV head.
+    pub fn group(&self) -> u32 {
+        self.q_heads / self.kv_heads.max(1)
+    }
+
+    /// Partials per (sequence, KV head): `split_kv * waves`.
+    pub fn partials(&self) -> u32 {
+        self.split_kv * self.waves
+    }
+
+    /// LDS bytes: a K and a V tile per wave.
+    pub fn lds_bytes(&self) -> u64 {
+        u64::from(self.waves) * 2 * BLOCK_N as u64 * u64::from(self.head_dim)
+    }
+
+    /// Work-items per workgroup.
+    pub fn threads(&self) -> u32 {
+        self.waves * 64
+    }
+
+    /// The paged geometry of one tile.
+    pub fn tile(&self) -> Result<PagedTile, AttentionSpecError> {
+        Ok(PagedTile::new(BLOCK_N as u32, self.page_size)?)
+    }
+
+    /// Checks every rule; the first broken one is the error.
+    pub fn validate(&self) -> Result<(), AttentionSpecError> {
+        let (q, kv) = (self.q_heads, self.kv_heads);
+        if q == 0 || kv == 0 || !q.is_multiple_of(kv) {
+            return Err(AttentionSpecError::Heads {
+                q_heads: q,
+                kv_heads: kv,
+            });
+        }
+        if !GROUP_SIZES.contains(&self.group()) {
+            return Err(AttentionSpecError::Group {
+                group: self.group(),
+            });
+        }
+        if !HEAD_DIMS.contains(&self.head_dim) {
+            return Err(AttentionSpecError::HeadDim {
+                head_dim: self.head_dim,
+            });
+        }
+        if !PAGE_SIZES.contains(&self.page_size) {
+            return Err(AttentionSpecError::PageSize {
+                page_size: self.page_size,
+            });
+        }
+        if !(1..=MAX_SPLIT_KV).contains(&self.split_kv) {
+            return Err(AttentionSpecError::SplitKv {
+                split_kv: self.split_kv,
+            });
+        }
+        if !(1..=MAX_WAVES).contains(&self.waves) {
+            return Err(AttentionSpecError::Waves { waves: self.waves });
+        }
+        if !(self.sm_scale.is_finite() && self.sm_scale > 0.0) {
+            return Err(AttentionSpecError::SmScale {
+                sm_scale: self.sm_scale,
+            });
+        }
+        if self.lds_bytes() > u64::from(LDS_BYTES) {
+            return Err(AttentionSpecError::Lds {
+                waves: self.waves,
+                head_dim: self.head_dim,
+                bytes: self.lds_bytes(),
+            });
+        }
+        self.tile()?;
+        Ok(())
+    }
+
+    /// The main kernel's symbol.
+    pub fn kernel_name(&self) -> String {
+        let page = match self.page_size {
+            0 => "contig".to_string(),
+            p => format!("p{p}"),
+        };
+        format!(
+            "paged_attn_fp8_q{}_kv{}_d{}_{page}_s{}_w{}",
+            self.q_heads, self.kv_heads, self.head_dim, self.split_kv, self.waves
+        )
+    }
+
+    /// The reduce kernel's symbol.
+    pub fn reduce_name(&self) -> String {
+        format!("{}_reduce", self.kernel_name())
+    }
+
+    /// Validates and compiles the main kernel and, with more than one partial, the reduce
+    /// kernel, in process.
+    pub fn build(&self) -> Result<AttentionKernels, AttentionBuildError> {
+        self.build_with(CompileOptions {
+            emit_asm: true,
+            emit_ir: false,
+            code_object_v5: false,
+        })
+    }
+
+    /// [`AttentionSpec::build`] with explicit compile outputs.
+    pub fn build_with(
+        &self,
+        options: CompileOptions,
+    ) -> Result<AttentionKernels, AttentionBuildError> {
+        self.validate()?;
+        let main = compile_one(&self.kernel_name(), self.threads(), options, |k| {
+            kernel::build(k, self)
+        })?;
+        let reduce = if self.partials() > 1 {
+            Some(compile_one(&self.reduce_name(), 64, options, |k| {
+                reduce::build(k, self)
+            })?)
+        } else {
+            None
+        };
+        Ok(AttentionKernels {
+            spec: *self,
+            main,
+            reduce,
+        })
+    }
+}
+
+fn compile_one(
+    name: &str,
+    threads: u32,
+    options: CompileOptions,
+    body: impl FnOnce(&Kernel<'_>) -> tilegen_dsl::Result<()>,
+) -> Result<BuiltKernel, AttentionBuildError> {
+    let ctx = Context::create();
+    let attrs = KernelAttrs {
+        workgroup_size: threads,
+        waves_per_eu: None,
+    };
+    let sig = if name.ends_with("_reduce") {
+        reduce::signature().0
+    } else {
+        kernel::signature().0
+    };
+    let k = Kernel::new(&ctx, name, &sig, attrs).map_err(AttentionBuildError::Compile)?;
+    body(&k)
+        .and_then(|()| k.finish())
+        .map_err(AttentionBuildError::Compile)?;
+    let out = tilegen_dsl::compile(&k, options).map_err(AttentionBuildError::Compile)?;
+    let report =
+        ResourceReport::read(&out.code_object, name).map_err(AttentionBuildError::Report)?;
+    Ok(BuiltKernel {
+        name: name.to_string(),
+        code_object: out.code_object,
+        asm: out.asm.unwrap_or_default(),
+        report,
+        timings: out.timings,
+    })
+}
+
+/// Why [`AttentionSpec::build`] gave no kernels.
+#[derive(Debug, thiserror::Error)]
+pub enum AttentionBuildError {
+    /// The spec breaks a rule; nothing was generated.
+    #[error(transparent)]
+    Spec(#[from] AttentionSpecError),
+    /// LLVM or the linker failed on a validated spec (a generator bug, reported).
+    #[error("compiling the validated attention spec failed")]
+    Compile(#[source] tilegen_dsl::DslError),
+    /// The code object does not describe the kernel.
+    #[error("reading the compiled kernel's resources failed")]
+    Report(#[source] ReportError),
+}
+
+/// One compiled kernel.
+#[derive(Debug, Clone)]
+pub struct BuiltKernel {
+    name: String,
+    code_object: Vec<u8>,
+    asm: String,
+    report: ResourceReport,
+    timings: Timings,
+}
+
+impl BuiltKernel {
+    /// Symbol name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The code object (`.hsaco`).
+    pub fn code_object(&self) -> &[u8] {
+        &self.code_object
+    }
+
+    /// LLVM's listing (empty when built without it).
+    pub fn asm(&self) -> &str {
+        &self.asm
+    }
+
+    /// Resources read back from the code object.
+    pub fn report(&self) -> &ResourceReport {
+        &self.report
+    }
+
+    /// Compile stage times.
+    pub fn timings(&self) -> &Timings {
+        &self.timings
+    }
+}
+
+/// The compiled kernels of a spec: the main kernel and, with more than one partial, the reduce
+/// kernel.
+#[derive(Debug, Clone)]
+pub struct AttentionKernels {
+    pub(crate) spec: AttentionSpec,
+    main: BuiltKernel,
+    reduce: Option<BuiltKernel>,
+}
+
+impl AttentionKernels {
+    /// The spec.
+    pub fn spec(&self) -> &AttentionSpec {
+        &self.spec
+    }
+
+    /// The main kernel.
+    pub fn main(&self) -> &BuiltKernel {
+        &self.main
+    }
+
+    /// The reduce kernel (with more than one partial).
+    pub fn reduce(&self) -> Option<&BuiltKernel> {
+        self.reduce.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_rule() {
+        let ok = AttentionSpec::new(64, 8, 128, 16);
+        assert_eq!(ok.validate(), Ok(()));
+        let cases = [
+            (AttentionSpec::new(6, 4, 128, 16), "q_heads a multiple"),
+            (AttentionSpec::new(64, 32, 128, 16), "groups of"),
+            (AttentionSpec::new(64, 2, 128, 16), "groups of"),
+            (AttentionSpec::new(8, 8, 96, 16), "head_dim = 96"),
+            (AttentionSpec::new(8, 8, 128, 8), "page_size = 8"),
+            (AttentionSpec::new(8, 8, 128, 128), "page_size = 128"),
+            (ok.split_kv(0), "split_kv = 0"),
+            (ok.split_kv(65), "split_kv = 65"),
+            (ok.waves(5), "waves = 5"),
+            (ok.sm_scale(f32::NAN), "sm_scale"),
+            (AttentionSpec::new(0, 8, 128, 16), "both positive"),
+        ];
+        for (spec, rule) in cases {
+            let e = spec.validate().unwrap_err().to_string();
+            assert!(e.contains(rule), "{spec:?}: {e}");
+            assert!(matches!(spec.build(), Err(AttentionBuildError::Spec(_))));
+        }
+        assert_eq!(ok.waves(4).lds_bytes(), 128 * 1024);
+    }
+}

@@ -1,0 +1,657 @@
+//! The layer on a device: building a [`MoeSpec`]'s kernels, the expert weights in the
+//! preshuffled grouped layouts, and one forward pass.
+
+use half::bf16;
+use serde::Serialize;
+use tilegen_device::{ArgValue, Buffer, Device, LaunchConfig, LaunchReport, Module, RuntimeError};
+use tilegen_dsl::{CompileOptions, KernelAttrs};
+use tilegen_mx::moe::{ExpertWeights, MoeRefError, MoeShape};
+use tilegen_mx::{MX_BLOCK, MxError, MxMatrix, Shuffler};
+
+use super::routing::{Routing, RoutingError, SortedBlocks};
+use super::spec::{Combine, MoeSpec, MoeSpecError, Stage};
+use super::stages;
+use crate::compiled::{BuildError, Built, ResourceReport, compile_kernel};
+
+/// Why a layer could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum MoeError {
+    /// The spec, or the layer's sizes for it, break a rule; nothing was generated.
+    #[error(transparent)]
+    Spec(#[from] MoeSpecError),
+    /// Compiling a validated kernel failed.
+    #[error("building the {stage} kernel")]
+    Build {
+        /// Which kernel.
+        stage: Stage,
+        /// Why.
+        #[source]
+        source: BuildError,
+    },
+    /// The routing is inconsistent with the layer.
+    #[error("routing")]
+    Routing(#[from] RoutingError),
+    /// Inputs that do not fit the layer.
+    #[error("inputs: {0}")]
+    Inputs(String),
+    /// Preparing inputs (preshuffle, quantization) failed.
+    #[error("preparing inputs")]
+    Mx(#[from] MxError),
+    /// The layer's sizes are invalid.
+    #[error(transparent)]
+    Shape(#[from] MoeRefError),
+    /// The device failed.
+    #[error("running the {stage} kernel")]
+    Runtime {
+        /// Which kernel (or the copies around it).
+        stage: Stage,
+        /// Why.
+        #[source]
+        source: RuntimeError,
+    },
+}
+
+/// One compiled kernel of a layer.
+#[derive(Debug, Clone)]
+pub struct MoeKernel {
+    stage: Stage,
+    built: Built,
+}
+
+impl MoeKernel {
+    /// Which kernel.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Its symbol name.
+    pub fn name(&self) -> &str {
+        &self.built.name
+    }
+
+    /// The code object.
+    pub fn code_object(&self) -> &[u8] {
+        &self.built.code_object
+    }
+
+    /// LLVM's assembly listing.
+    pub fn asm(&self) -> &str {
+        &self.built.asm
+    }
+
+    /// The IR before optimisation.
+    pub fn ir(&self) -> &str {
+        &self.built.ir
+    }
+
+    /// Resources read back from the code object.
+    pub fn report(&self) -> &ResourceReport {
+        &self.built.report
+    }
+
+    /// Compile stage times.
+    pub fn timings(&self) -> &tilegen_dsl::Timings {
+        &self.built.timings
+    }
+
+    /// LLVM's warnings.
+    pub fn diagnostics(&self) -> &[String] {
+        &self.built.diagnostics
+    }
+}
+
+/// The compiled kernels of one [`MoeSpec`]: gate/up, down, and the reduce of
+/// [`Combine::SortedReduce`].
+#[derive(Debug, Clone)]
+pub struct MoeLayer {
+    spec: MoeSpec,
+    gate_up: MoeKernel,
+    down: MoeKernel,
+    reduce: Option<MoeKernel>,
+}
+
+impl MoeSpec {
+    /// Validates the spec and compiles its kernels, in process.
+    pub fn build(&self) -> Result<MoeLayer, MoeError> {
+        self.build_with(CompileOptions {
+            emit_asm: true,
+            emit_ir: true,
+            code_object_v5: false,
+        })
+    }
+
+    /// [`MoeSpec::build`] with explicit outputs.
+    pub fn build_with(&self, options: CompileOptions) -> Result<MoeLayer, MoeError> {
+        self.validate()?;
+        let one = |stage: Stage| -> Result<MoeKernel, MoeError> {
+            let name = self.kernel_name(stage);
+            let (sig, threads, waves_per_eu) = match stage {
+                Stage::GateUp | Stage::Down => {
+                    let t = self.tile(stage);
+                    let sig = match stage {
+                        Stage::GateUp => stages::gate_up_signature().0,
+                        _ => stages::down_signature().0,
+                    };
+                    (sig, t.threads(), t.waves_per_eu)
+                }
+                Stage::Reduce => (stages::reduce_signature().0, stages::REDUCE_THREADS, None),
+            };
+            let attrs = KernelAttrs {
+                workgroup_size: threads,
+                waves_per_eu,
+            };
+            let built = compile_kernel(&name, &sig, attrs, options, |k| match stage {
+                Stage::GateUp => stages::gate_up(k, self),
+                Stage::Down => stages::down(k, self),
+                Stage::Reduce => stages::reduce(k),
+            })
+            .map_err(|source| MoeError::Build { stage, source })?;
+            Ok(MoeKernel { stage, built })
+        };
+        Ok(MoeLayer {
+            spec: self.clone(),
+            gate_up: one(Stage::GateUp)?,
+            down: one(Stage::Down)?,
+            reduce: match self.combine_kind() {
+                Combine::Atomic => None,
+                Combine::SortedReduce => Some(one(Stage::Reduce)?),
+            },
+        })
+    }
+}
+
+/// One expert's weights in the layouts the kernels read: both weights in the Shuffler's 5D
+/// layout, their scales in its 4D layout (rows padded to 32).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreshuffledExpert {
+    /// Gate/up, `[2 * inter_padded, hidden_padded]`.
+    pub gate_up: Vec<u8>,
+    /// Its scales.
+    pub gate_up_scales: Vec<u8>,
+    /// Down, `[hidden, inter_padded]`.
+    pub down: Vec<u8>,
+    /// Its scales.
+    pub down_scales: Vec<u8>,
+}
+
+/// Bytes of one expert's group in each grouped buffer: gate/up, its scales, down, its scales.
+pub fn expert_bytes(shape: &MoeShape) -> Result<[usize; 4], MxError> {
+    let s = Shuffler::new(1)?;
+    let (hp, ip) = (shape.hidden_padded(), shape.inter_padded());
+    Ok([
+        s.b_len(shape.gate_up_rows(), hp / 2)?,
+        s.scale_len(shape.gate_up_rows(), hp / MX_BLOCK)?,
+        s.b_len(shape.hidden, ip / 2)?,
+        s.scale_len(shape.hidden, ip / MX_BLOCK)?,
+    ])
+}
+
+impl PreshuffledExpert {
+    /// Preshuffles one expert's (padded) weights.
+    pub fn new(shape: &MoeShape, w: &ExpertWeights) -> Result<Self, MxError> {
+        let s = Shuffler::new(1)?;
+        let (hp, ip) = (shape.hidden_padded(), shape.inter_padded());
+        let [gu, gus, d, ds] = expert_bytes(shape)?;
+        let check = |what, m: &MxMatrix, rows: usize, k: usize| {
+            if m.rows() != rows || m.k() != k {
+                return Err(MxError::LengthMismatch {
+                    what,
+                    expected: rows * k,
+                    actual: m.rows() * m.k(),
+                });
+            }
+            Ok(())
+        };
+        check("gate_up", &w.gate_up, shape.gate_up_rows(), hp)?;
+        check("down", &w.down, shape.hidden, ip)?;
+        let mut e = PreshuffledExpert {
+            gate_up: vec![0; gu],
+            gate_up_scales: vec![0; gus],
+            down: vec![0; d],
+            down_scales: vec![0; ds],
+        };
+        s.preshuffle_b_5d(
+            shape.gate_up_rows(),
+            hp / 2,
+            w.gate_up.data(),
+            &mut e.gate_up,
+        )?;
+        s.preshuffle_scale_4d(
+            shape.gate_up_rows(),
+            hp / MX_BLOCK,
+            w.gate_up.scales(),
+            &mut e.gate_up_scales,
+        )?;
+        s.preshuffle_b_5d(shape.hidden, ip / 2, w.down.data(), &mut e.down)?;
+        s.preshuffle_scale_4d(
+            shape.hidden,
+            ip / MX_BLOCK,
+            w.down.scales(),
+            &mut e.down_scales,
+        )?;
+        Ok(e)
+    }
+}
+
+/// A layer's expert weights on a device, one `Shuffler[E]` buffer per tensor. Experts never
+/// written stay zero (a routing that never picks them never reads them).
+pub struct DeviceWeights<'d> {
+    shape: MoeShape,
+    bytes: [usize; 4],
+    bufs: [Buffer<'d>; 4],
+}
+
+impl<'d> DeviceWeights<'d> {
+    /// Zeroed grouped buffers for `shape`'s experts.
+    pub fn new(device: &'d dyn Device, shape: &MoeShape) -> Result<Self, MoeError> {
+        shape.validate()?;
+        let bytes = expert_bytes(shape)?;
+        let rt = |source| MoeError::Runtime {
+            stage: Stage::GateUp,
+            source,
+        };
+        let alloc = |b: usize| -> Result<Buffer<'d>, MoeError> {
+            let total = (b as u64)
+                .checked_mul(shape.experts as u64)
+                .ok_or_else(|| MoeError::Inputs("grouped weight size overflows".into()))?;
+            Buffer::new(device, total).map_err(rt)
+        };
+        Ok(DeviceWeights {
+            shape: *shape,
+            bytes,
+            bufs: [
+                alloc(bytes[0])?,
+                alloc(bytes[1])?,
+                alloc(bytes[2])?,
+                alloc(bytes[3])?,
+            ],
+        })
+    }
+
+    /// Writes expert `e`'s preshuffled weights into its groups.
+    pub fn write(&self, e: usize, w: &PreshuffledExpert) -> Result<(), MoeError> {
+        if e >= self.shape.experts {
+            return Err(MoeError::Inputs(format!(
+                "expert {e} of a layer with {} experts",
+                self.shape.experts
+            )));
+        }
+        for ((buf, &len), data) in self.bufs.iter().zip(&self.bytes).zip([
+            &w.gate_up,
+            &w.gate_up_scales,
+            &w.down,
+            &w.down_scales,
+        ]) {
+            if data.len() != len {
+                return Err(MoeError::Inputs(format!(
+                    "an expert tensor of {} bytes where the layout holds {len}",
+                    data.len()
+                )));
+            }
+            buf.write((e * len) as u64, data)
+                .map_err(|source| MoeError::Runtime {
+                    stage: Stage::GateUp,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The layer's sizes.
+    pub fn shape(&self) -> &MoeShape {
+        &self.shape
+    }
+}
+
+/// What a forward pass gives back.
+#[derive(Debug, Clone)]
+pub struct MoeRun {
+    /// The layer output, `[tokens, hidden]`.
+    pub out: Vec<bf16>,
+    /// The gate/up kernel's output (the quantized activations) in pair order,
+    /// `[tokens * topk, inter_padded]`.
+    pub activations: MxMatrix,
+    /// The sorted layout the kernels ran on.
+    pub sorted: SortedBlocks,
+    /// Per launched kernel: which, its grid, and the device's report.
+    pub launches: Vec<MoeLaunch>,
+}
+
+/// One kernel launch of a forward pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoeLaunch {
+    /// Which kernel.
+    pub stage: Stage,
+    /// Its name.
+    pub kernel: String,
+    /// Grid and workgroup.
+    pub config: LaunchConfig,
+    /// What the device reported.
+    pub report: LaunchReport,
+}
+
+/// The buffers and launch geometry of one pass, shared by the device run and the timing model.
+#[derive(Debug, Clone)]
+pub struct MoePlan {
+    /// Tokens.
+    pub tokens: usize,
+    /// The sorted layout.
+    pub sorted: SortedBlocks,
+    /// Sorted rows (blocks x block size).
+    pub rows: usize,
+    /// Bytes of each input and intermediate buffer, by name, in launch-argument terms.
+    pub sizes: MoeBuffers<usize>,
+}
+
+/// The non-weight buffers of a pass (sizes, device pointers, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MoeBuffers<T> {
+    /// Tokens' FP4 data.
+    pub x: T,
+    /// Tokens' scales (row-major).
+    pub x_scales: T,
+    /// Sorted pair ids.
+    pub sorted_ids: T,
+    /// Expert of each block.
+    pub block_expert: T,
+    /// Routing weights.
+    pub weights: T,
+    /// Gate/up output (FP4, sorted rows).
+    pub act: T,
+    /// Its scales (4D layout).
+    pub act_scales: T,
+    /// f32 contributions per pair (sorted reduce; one byte otherwise).
+    pub parts: T,
+    /// The bf16 output.
+    pub out: T,
+}
+
+/// Offsets are 31-bit: every buffer a kernel addresses must stay below 2^31 bytes.
+const MAX_BUFFER: usize = (1 << 31) - 1;
+
+impl MoeLayer {
+    /// The spec.
+    pub fn spec(&self) -> &MoeSpec {
+        &self.spec
+    }
+
+    /// The kernel of `stage` (`None` for the reduce of an atomic combine).
+    pub fn kernel(&self, stage: Stage) -> Option<&MoeKernel> {
+        match stage {
+            Stage::GateUp => Some(&self.gate_up),
+            Stage::Down => Some(&self.down),
+            Stage::Reduce => self.reduce.as_ref(),
+        }
+    }
+
+    /// The kernels in launch order.
+    pub fn kernels(&self) -> Vec<&MoeKernel> {
+        let mut v = vec![&self.gate_up, &self.down];
+        v.extend(self.reduce.as_ref());
+        v
+    }
+
+    /// Checks a pass (`tokens` routed by `routing` through a `shape` layer) and plans its
+    /// buffers.
+    pub fn plan(&self, shape: &MoeShape, routing: &Routing) -> Result<MoePlan, MoeError> {
+        self.spec.check_shape(shape)?;
+        if routing.experts() != shape.experts || routing.topk() != shape.topk {
+            return Err(MoeError::Inputs(format!(
+                "the routing has {} experts and top-{}, the layer {} and top-{}",
+                routing.experts(),
+                routing.topk(),
+                shape.experts,
+                shape.topk
+            )));
+        }
+        let tokens = routing.tokens();
+        if tokens == 0 {
+            return Err(MoeError::Inputs("no tokens".into()));
+        }
+        let sorted = routing.sort(self.spec.rows_per_block() as usize)?;
+        let rows = sorted.entries().len();
+        let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
+        let pairs = tokens * shape.topk;
+        let big = |what: &str, v: Option<usize>| -> Result<usize, MoeError> {
+            match v {
+                Some(b) if b <= MAX_BUFFER => Ok(b),
+                _ => Err(MoeError::Inputs(format!(
+                    "the {what} buffer would pass 2^31 bytes (offsets are 31-bit)"
+                ))),
+            }
+        };
+        let pad32 = rows.next_multiple_of(Shuffler::S_MN_BLOCK);
+        let sizes = MoeBuffers {
+            x: big("token", tokens.checked_mul(hp / 2))?,
+            x_scales: big("token scale", tokens.checked_mul(hp / MX_BLOCK))?,
+            sorted_ids: big("sorted id", rows.checked_mul(4))?,
+            block_expert: big("block expert", sorted.blocks().checked_mul(4))?,
+            weights: big("routing weight", pairs.checked_mul(4))?,
+            act: big("activation", rows.checked_mul(ip / 2))?,
+            act_scales: big("activation scale", pad32.checked_mul(ip / MX_BLOCK))?,
+            parts: match self.spec.combine_kind() {
+                Combine::Atomic => 1,
+                Combine::SortedReduce => big(
+                    "contribution",
+                    pairs.checked_mul(h).and_then(|v| v.checked_mul(4)),
+                )?,
+            },
+            out: big("output", tokens.checked_mul(h * 2))?,
+        };
+        Ok(MoePlan {
+            tokens,
+            sorted,
+            rows,
+            sizes,
+        })
+    }
+
+    /// The launches of a pass: per kernel its grid and workgroup, and its arguments given the
+    /// buffers' addresses (`weights` = gate/up, its scales, down, its scales).
+    pub fn launches(
+        &self,
+        shape: &MoeShape,
+        plan: &MoePlan,
+        bufs: &MoeBuffers<tilegen_device::DevicePtr>,
+        weights: [tilegen_device::DevicePtr; 4],
+    ) -> Vec<(Stage, LaunchConfig, Vec<ArgValue>)> {
+        let i = |v: usize| ArgValue::I32(v as i32);
+        let p = ArgValue::Ptr;
+        let blocks = plan.sorted.blocks() as u32;
+        let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
+        let g = self.spec.tile(Stage::GateUp);
+        let d = self.spec.tile(Stage::Down);
+        let mut v = vec![
+            (
+                Stage::GateUp,
+                LaunchConfig {
+                    grid: [(shape.gate_up_rows() / g.bn as usize) as u32, blocks, 1],
+                    block: [g.threads(), 1, 1],
+                    dynamic_lds: 0,
+                },
+                vec![
+                    p(bufs.act),
+                    p(bufs.act_scales),
+                    p(bufs.x),
+                    p(bufs.x_scales),
+                    p(weights[0]),
+                    p(weights[1]),
+                    p(bufs.sorted_ids),
+                    p(bufs.block_expert),
+                    i(plan.tokens),
+                    i(shape.topk),
+                    i(plan.rows),
+                    i(shape.gate_up_rows()),
+                    i(hp),
+                ],
+            ),
+            (
+                Stage::Down,
+                LaunchConfig {
+                    grid: [h.div_ceil(d.bn as usize) as u32, blocks, 1],
+                    block: [d.threads(), 1, 1],
+                    dynamic_lds: 0,
+                },
+                vec![
+                    p(match self.spec.combine_kind() {
+                        Combine::Atomic => bufs.out,
+                        Combine::SortedReduce => bufs.parts,
+                    }),
+                    p(bufs.act),
+                    p(bufs.act_scales),
+                    p(weights[2]),
+                    p(weights[3]),
+                    p(bufs.sorted_ids),
+                    p(bufs.block_expert),
+                    p(bufs.weights),
+                    i(plan.tokens),
+                    i(shape.topk),
+                    i(plan.rows),
+                    i(h),
+                    i(ip),
+                ],
+            ),
+        ];
+        if self.reduce.is_some() {
+            let per_group = (stages::REDUCE_THREADS * stages::REDUCE_COLUMNS) as usize;
+            v.push((
+                Stage::Reduce,
+                LaunchConfig {
+                    grid: [h.div_ceil(per_group) as u32, plan.tokens as u32, 1],
+                    block: [stages::REDUCE_THREADS, 1, 1],
+                    dynamic_lds: 0,
+                },
+                vec![
+                    p(bufs.out),
+                    p(bufs.parts),
+                    i(plan.tokens),
+                    i(shape.topk),
+                    i(h),
+                ],
+            ));
+        }
+        v
+    }
+
+    /// The host bytes of the small per-pass inputs: tokens (data, scales), sorted ids, block
+    /// experts, routing weights.
+    pub fn pass_inputs(x: &MxMatrix, routing: &Routing, sorted: &SortedBlocks) -> [Vec<u8>; 5] {
+        let words = |v: &[u32]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+        [
+            x.data().to_vec(),
+            x.scales().to_vec(),
+            words(sorted.entries()),
+            words(sorted.block_expert()),
+            routing
+                .weights()
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect(),
+        ]
+    }
+
+    /// One forward pass of `x` (`[tokens, hidden_padded]`, MXFP4) routed by `routing` through
+    /// the experts in `weights`, on `device`.
+    pub fn run(
+        &self,
+        device: &dyn Device,
+        weights: &DeviceWeights<'_>,
+        x: &MxMatrix,
+        routing: &Routing,
+    ) -> Result<MoeRun, MoeError> {
+        let shape = *weights.shape();
+        let plan = self.plan(&shape, routing)?;
+        if x.rows() != plan.tokens || x.k() != shape.hidden_padded() {
+            return Err(MoeError::Inputs(format!(
+                "tokens are {} x {}, the layer needs {} x {} (the hidden size padded to 256)",
+                x.rows(),
+                x.k(),
+                plan.tokens,
+                shape.hidden_padded()
+            )));
+        }
+        let rt = |stage| move |source| MoeError::Runtime { stage, source };
+        let [xd, xs, ids, be, wts] = Self::pass_inputs(x, routing, &plan.sorted);
+        let up = |bytes: &[u8]| Buffer::upload(device, bytes).map_err(rt(Stage::GateUp));
+        let zeroed = |len: usize| Buffer::new(device, len as u64).map_err(rt(Stage::GateUp));
+        let s = &plan.sizes;
+        let bufs = MoeBuffers {
+            x: up(&xd)?,
+            x_scales: up(&xs)?,
+            sorted_ids: up(&ids)?,
+            block_expert: up(&be)?,
+            weights: up(&wts)?,
+            act: zeroed(s.act)?,
+            act_scales: zeroed(s.act_scales)?,
+            parts: zeroed(s.parts)?,
+            out: zeroed(s.out)?,
+        };
+        let ptrs = MoeBuffers {
+            x: bufs.x.ptr(),
+            x_scales: bufs.x_scales.ptr(),
+            sorted_ids: bufs.sorted_ids.ptr(),
+            block_expert: bufs.block_expert.ptr(),
+            weights: bufs.weights.ptr(),
+            act: bufs.act.ptr(),
+            act_scales: bufs.act_scales.ptr(),
+            parts: bufs.parts.ptr(),
+            out: bufs.out.ptr(),
+        };
+        let wptrs = [0, 1, 2, 3].map(|i| weights.bufs[i].ptr());
+        let mut launches = Vec::new();
+        for (stage, config, args) in self.launches(&shape, &plan, &ptrs, wptrs) {
+            let kernel = self
+                .kernel(stage)
+                .ok_or_else(|| MoeError::Inputs(format!("no {stage} kernel")))?;
+            let module: Module = device.load(kernel.code_object()).map_err(rt(stage))?;
+            let report = tilegen_device::launch(device, &module, kernel.name(), &config, &args)
+                .map_err(rt(stage))?;
+            launches.push(MoeLaunch {
+                stage,
+                kernel: kernel.name().to_string(),
+                config,
+                report,
+            });
+        }
+        let out_bytes = bufs.out.to_vec().map_err(rt(Stage::Down))?;
+        let out = out_bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let act = bufs.act.to_vec().map_err(rt(Stage::GateUp))?;
+        let act_scales = bufs.act_scales.to_vec().map_err(rt(Stage::GateUp))?;
+        let activations = pair_order(&shape, &plan, &act, &act_scales)?;
+        Ok(MoeRun {
+            out,
+            activations,
+            sorted: plan.sorted,
+            launches,
+        })
+    }
+}
+
+/// The gate/up output (sorted rows, scales in the 4D layout) as a `[pairs, inter_padded]`
+/// matrix in pair order.
+fn pair_order(
+    shape: &MoeShape,
+    plan: &MoePlan,
+    act: &[u8],
+    act_scales: &[u8],
+) -> Result<MxMatrix, MoeError> {
+    let ip = shape.inter_padded();
+    let (kb, ks) = (ip / 2, ip / MX_BLOCK);
+    let mut scales = vec![0u8; plan.rows * ks];
+    Shuffler::new(1)?.unshuffle_scale_4d(plan.rows, ks, act_scales, &mut scales)?;
+    let pairs = plan.tokens * shape.topk;
+    let mut data = vec![0u8; pairs * kb];
+    let mut sc = vec![0u8; pairs * ks];
+    for (r, &p) in plan.sorted.entries().iter().enumerate() {
+        let p = p as usize;
+        if p >= pairs {
+            continue;
+        }
+        data[p * kb..(p + 1) * kb].copy_from_slice(&act[r * kb..(r + 1) * kb]);
+        sc[p * ks..(p + 1) * ks].copy_from_slice(&scales[r * ks..(r + 1) * ks]);
+    }
+    Ok(MxMatrix::from_parts(pairs, ip, data, sc)?)
+}

@@ -1,0 +1,395 @@
+//! `MoeSpec`: the kernels of one grouped MXFP4 MoE layer, validated before LLVM sees them.
+//!
+//! A layer runs two grouped preshuffled-B GEMMs, each a [`KernelSpec`] tile (preb variant) whose
+//! `BM` rows are one sorted block of (token, slot) pairs of one expert:
+//! * **gate/up**: gathers the block's token rows, multiplies by the expert's `[2 I, H]` weight,
+//!   applies the [`Activation`] to each (gate, up) pair and quantizes the `BN / 2` results per
+//!   row to MXFP4 (E8M0 scales), written in sorted-row order for the next stage;
+//! * **down**: the sorted rows times the expert's `[H, I]` weight, scaled by each pair's
+//!   routing weight and combined into the bf16 output ([`Combine`]).
+//!
+//! With [`Combine::SortedReduce`] a third, small kernel sums each token's slots.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use tilegen_dsl::target::LDS_BYTES;
+pub use tilegen_mx::moe::{Activation, Combine, MoeShape};
+
+use crate::spec::{KernelSpec, OutDtype, SpecError, Variant};
+
+/// Which kernel of the layer, in launch order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Gathered tokens times the gate/up weight, activation, MXFP4 quantization.
+    GateUp,
+    /// Sorted rows times the down weight, routing weight, combine.
+    Down,
+    /// The sorted reduce of [`Combine::SortedReduce`].
+    Reduce,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::GateUp => "gate/up",
+            Stage::Down => "down",
+            Stage::Reduce => "reduce",
+        })
+    }
+}
+
+/// A rule a [`MoeSpec`] (or a layer shape for it) breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoeSpecError {
+    /// A stage's tile breaks a GEMM tile rule.
+    #[error("the {stage} kernel's tile")]
+    Tile {
+        /// Which kernel.
+        stage: Stage,
+        /// The rule.
+        #[source]
+        source: SpecError,
+    },
+    /// A rule of the grouped kernels.
+    #[error("the {stage} kernel: {rule}")]
+    Rule {
+        /// Which kernel.
+        stage: Stage,
+        /// The rule, with the values.
+        rule: String,
+    },
+    /// The layer's sizes.
+    #[error("MoE shape {shape:?}: {rule}")]
+    Shape {
+        /// The sizes.
+        shape: MoeShape,
+        /// The rule.
+        rule: String,
+    },
+}
+
+/// The kernels of a grouped MXFP4 MoE layer: the block size (rows of one expert per
+/// workgroup), the two stages' tiles, the activation and the combine. Start from
+/// [`MoeSpec::new`], adjust with the setters, then [`MoeSpec::build`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MoeSpec {
+    block_m: u32,
+    gate_up: KernelSpec,
+    down: KernelSpec,
+    activation: Activation,
+    combine: Combine,
+}
+
+/// The default tile of both stages for `block_m` rows: BN = 128 in two 64-wide waves, BK = 512.
+fn default_tile(block_m: u32) -> KernelSpec {
+    KernelSpec::preb().bm(block_m).bn(128).wn(64).bk_elems(512)
+}
+
+impl MoeSpec {
+    /// Blocks of 32 rows, both stages with BN = 128 (two waves of 64 columns) and BK = 512,
+    /// bf16 atomics for the combine.
+    pub fn new(activation: Activation) -> Self {
+        MoeSpec {
+            block_m: 32,
+            gate_up: default_tile(32),
+            down: default_tile(32),
+            activation,
+            combine: Combine::Atomic,
+        }
+    }
+
+    /// Rows per sorted block (`BM` of both stages; the routing's `sort(block_m)`).
+    pub fn block_m(mut self, rows: u32) -> Self {
+        self.block_m = rows;
+        self.gate_up = self.gate_up.bm(rows);
+        self.down = self.down.bm(rows);
+        self
+    }
+
+    /// The gate/up kernel's tile (a preb spec whose `bm` is the block size).
+    pub fn gate_up(mut self, tile: KernelSpec) -> Self {
+        self.gate_up = tile;
+        self
+    }
+
+    /// The down kernel's tile (a preb spec whose `bm` is the block size).
+    pub fn down(mut self, tile: KernelSpec) -> Self {
+        self.down = tile;
+        self
+    }
+
+    /// The activation.
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    /// The combine.
+    pub fn combine(mut self, combine: Combine) -> Self {
+        self.combine = combine;
+        self
+    }
+
+    /// Rows per sorted block.
+    pub fn rows_per_block(&self) -> u32 {
+        self.block_m
+    }
+
+    /// The tile of a GEMM stage ([`Stage::GateUp`] or [`Stage::Down`]; the reduce has none and
+    /// gives the down tile).
+    pub fn tile(&self, stage: Stage) -> &KernelSpec {
+        match stage {
+            Stage::GateUp => &self.gate_up,
+            Stage::Down | Stage::Reduce => &self.down,
+        }
+    }
+
+    /// The activation.
+    pub fn activation_kind(&self) -> Activation {
+        self.activation
+    }
+
+    /// The combine.
+    pub fn combine_kind(&self) -> Combine {
+        self.combine
+    }
+
+    /// LDS bytes of the gate/up kernel's epilogue: the block's `BM x BN / 2` activations in
+    /// f32, regrouped there into rows of 32 for quantization.
+    pub fn epilogue_lds_bytes(&self) -> u64 {
+        u64::from(self.block_m) * u64::from(self.gate_up.bn / 2) * 4
+    }
+
+    /// LDS bytes a stage allocates.
+    pub fn lds_bytes(&self, stage: Stage) -> u64 {
+        match stage {
+            Stage::GateUp => self.gate_up.lds_bytes() + self.epilogue_lds_bytes(),
+            Stage::Down => self.down.lds_bytes(),
+            Stage::Reduce => 0,
+        }
+    }
+
+    /// Checks every rule; an `Ok` spec compiles.
+    pub fn validate(&self) -> Result<(), MoeSpecError> {
+        for (stage, tile) in [(Stage::GateUp, &self.gate_up), (Stage::Down, &self.down)] {
+            let rule = |rule: String| Err(MoeSpecError::Rule { stage, rule });
+            tile.validate()
+                .map_err(|source| MoeSpecError::Tile { stage, source })?;
+            if tile.variant != Variant::Preb {
+                return rule(format!(
+                    "variant {} (the grouped kernels are preshuffled-B kernels)",
+                    tile.variant
+                ));
+            }
+            if tile.bm != self.block_m {
+                return rule(format!(
+                    "bm = {} must be the block size {} (one sorted block per workgroup)",
+                    tile.bm, self.block_m
+                ));
+            }
+            if tile.out_dtype != OutDtype::Bf16 {
+                return rule(format!(
+                    "out_dtype = {} would be ignored (the gate/up output is MXFP4, the layer's is bf16)",
+                    tile.out_dtype
+                ));
+            }
+        }
+        if !self.gate_up.bn.is_multiple_of(64) {
+            return Err(MoeSpecError::Rule {
+                stage: Stage::GateUp,
+                rule: format!(
+                    "bn = {} must be a multiple of 64 (its bn / 2 activations are whole 32-element MX blocks)",
+                    self.gate_up.bn
+                ),
+            });
+        }
+        let lds = self.lds_bytes(Stage::GateUp);
+        if lds > u64::from(LDS_BYTES) {
+            return Err(MoeSpecError::Rule {
+                stage: Stage::GateUp,
+                rule: format!(
+                    "LDS budget exceeded: {} bytes of A slots + {} bytes of activations > {LDS_BYTES}",
+                    self.gate_up.lds_bytes(),
+                    self.epilogue_lds_bytes()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a layer's sizes against the tiles: K of both GEMMs (the padded hidden and
+    /// intermediate sizes) whole `BK` tiles, the gate/up width `2 * inter_padded` whole `BN`
+    /// tiles (no partial MX blocks), and the sizes themselves ([`MoeShape::validate`]).
+    pub fn check_shape(&self, shape: &MoeShape) -> Result<(), MoeSpecError> {
+        let fail = |rule: String| {
+            Err(MoeSpecError::Shape {
+                shape: *shape,
+                rule,
+            })
+        };
+        if let Err(e) = shape.validate() {
+            return fail(e.to_string());
+        }
+        let (hp, ip) = (shape.hidden_padded() as u64, shape.inter_padded() as u64);
+        if !hp.is_multiple_of(u64::from(self.gate_up.bk_elems)) {
+            return fail(format!(
+                "the padded hidden size {hp} is not a whole number of the gate/up kernel's bk_elems = {} tiles",
+                self.gate_up.bk_elems
+            ));
+        }
+        if !ip.is_multiple_of(u64::from(self.down.bk_elems)) {
+            return fail(format!(
+                "the padded intermediate size {ip} is not a whole number of the down kernel's bk_elems = {} tiles",
+                self.down.bk_elems
+            ));
+        }
+        if !(2 * ip).is_multiple_of(u64::from(self.gate_up.bn)) {
+            return fail(format!(
+                "the gate/up width {} is not a whole number of bn = {} tiles",
+                2 * ip,
+                self.gate_up.bn
+            ));
+        }
+        // Buffers are addressed with 31-bit offsets: one expert's weight, the activations
+        // and the outputs must fit.
+        let limit = (1u64 << 31) - 1;
+        let (e_h, e_i) = (shape.hidden as u64, shape.inter_padded() as u64);
+        for (what, bytes) in [
+            ("one expert's gate/up weight", 2 * ip * hp / 2),
+            ("one expert's down weight", e_h * e_i / 2),
+        ] {
+            if bytes > limit {
+                return fail(format!("{what} is {bytes} bytes; offsets are 31-bit"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The symbol name of a stage's kernel, unique per configuration.
+    pub fn kernel_name(&self, stage: Stage) -> String {
+        let tile = |t: &KernelSpec| {
+            // Every tile's output is bf16 here: the name leaves it out.
+            t.kernel_name()
+                .trim_start_matches("mxfp4_gemm_")
+                .replace("_bf16", "")
+        };
+        match stage {
+            Stage::GateUp => format!(
+                "mxfp4_moe_gate_up_{}_{}",
+                match self.activation {
+                    Activation::Swiglu => "swiglu",
+                    Activation::SiluMul => "silu",
+                },
+                tile(&self.gate_up)
+            ),
+            Stage::Down => format!(
+                "mxfp4_moe_down_{}_{}",
+                match self.combine {
+                    Combine::Atomic => "atomic",
+                    Combine::SortedReduce => "sorted",
+                },
+                tile(&self.down)
+            ),
+            Stage::Reduce => "mxfp4_moe_reduce_bf16".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_rules_are_named() {
+        let s = MoeSpec::new(Activation::Swiglu);
+        s.validate().unwrap();
+        assert_eq!(s.tile(Stage::GateUp).bm, 32);
+        let e = s.clone().block_m(48).validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MoeSpecError::Tile {
+                    stage: Stage::GateUp,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = s
+            .clone()
+            .down(KernelSpec::preb().bm(64))
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MoeSpecError::Rule {
+                    stage: Stage::Down,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = s
+            .clone()
+            .gate_up(KernelSpec::preb().bm(32).bn(96).wn(32))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("multiple of 64"), "{e}");
+        let e = s
+            .clone()
+            .down(default_tile(32).out_dtype(OutDtype::F32))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("ignored"), "{e}");
+        let e = s
+            .clone()
+            .gate_up(KernelSpec::lds().bm(32).wm(32))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("preshuffled-B"), "{e}");
+        let big = s
+            .clone()
+            .block_m(256)
+            .gate_up(KernelSpec::preb().bm(256).bn(512).wn(16).bk_elems(512));
+        assert!(big.validate().is_err());
+        assert_ne!(
+            s.kernel_name(Stage::GateUp),
+            s.clone()
+                .activation(Activation::SiluMul)
+                .kernel_name(Stage::GateUp)
+        );
+        assert_ne!(
+            s.kernel_name(Stage::Down),
+            s.clone()
+                .combine(Combine::SortedReduce)
+                .kernel_name(Stage::Down)
+        );
+    }
+
+    #[test]
+    fn shapes_are_checked_against_the_tiles() {
+        let s = MoeSpec::new(Activation::Swiglu);
+        let oss = MoeShape {
+            experts: 32,
+            topk: 4,
+            hidden: 2880,
+            inter: 2880,
+        };
+        s.check_shape(&oss).unwrap();
+        // 3072 is not a whole number of 2048-element tiles.
+        let e = s
+            .clone()
+            .gate_up(default_tile(32).bk_elems(2048))
+            .check_shape(&oss)
+            .unwrap_err();
+        assert!(e.to_string().contains("hidden"), "{e}");
+        let bad = MoeShape {
+            hidden: 2000,
+            ..oss
+        };
+        assert!(s.check_shape(&bad).is_err());
+    }
+}

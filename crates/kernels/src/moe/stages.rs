@@ -1,0 +1,728 @@
+//! The bodies of the layer's kernels: the two grouped GEMMs (the preshuffled-B [`Mainloop`] over
+//! one sorted block and one expert's weights, with their epilogues) and the sorted reduce.
+//!
+//! Each GEMM workgroup takes sorted block `block_id.y` and column tile `block_id.x`. Its
+//! expert's weights are one group of a `Shuffler[E]` buffer: the kernel makes a buffer
+//! resource over that group alone (`base + e * group_stride`, the stride read off the grouped
+//! layout's expert mode), so the expert's rows are addressed exactly as a one-group GEMM's B
+//! and a weight tensor past 2^31 bytes still needs only 32-bit offsets.
+
+use tilegen_dsl::{
+    Buffer, CachePolicy, DslError, Elem, I32Param, Int, Kernel, MmaAtom, PtrParam, Result,
+    Signature, Storage, TileTensor, Ty, Value, dev_layout,
+};
+use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_mx::Shuffler;
+
+use super::gather::{GatheredA, SortedRows, token_of};
+use super::spec::{Activation, MoeSpec, Stage};
+use crate::gemm::Threads;
+use crate::mma::BlockScaledMmaOp;
+use crate::preb::{self, Mainloop, RowsA, Scales};
+
+/// `log2(e)`: `exp(x) = 2^(x log2 e)`.
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+
+/// Parameters of the gate/up kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GateUpParams {
+    out: PtrParam,
+    out_scales: PtrParam,
+    x: PtrParam,
+    x_scales: PtrParam,
+    w: PtrParam,
+    w_scales: PtrParam,
+    sorted_ids: PtrParam,
+    block_expert: PtrParam,
+    tokens: I32Param,
+    topk: I32Param,
+    rows: I32Param,
+    n: I32Param,
+    k: I32Param,
+}
+
+/// The gate/up kernel's signature: `(out, out_scales, x, x_scales, w, w_scales, sorted_ids,
+/// block_expert, tokens, topk, rows, n, k)`: `out` the activations `[rows, n / 4]` (FP4, n / 2
+/// per row) in sorted-row order with scales in the Shuffler's 4D layout over `rows` padded to
+/// 32; `x` the tokens `[tokens, k / 2]` with row-major scales `[tokens, k / 32]`; `w` the
+/// gate/up weights `[E, n, k]` in the Shuffler's grouped 5D layout and their 4D scales;
+/// `rows` = blocks x BM sorted rows; `n` = 2 x padded intermediate size; `k` = padded hidden.
+pub(crate) fn gate_up_signature() -> (Signature, GateUpParams) {
+    let mut s = Signature::new();
+    let p = GateUpParams {
+        out: s.global_ptr("out"),
+        out_scales: s.global_ptr("out_scales"),
+        x: s.global_ptr("x"),
+        x_scales: s.global_ptr("x_scales"),
+        w: s.global_ptr("w"),
+        w_scales: s.global_ptr("w_scales"),
+        sorted_ids: s.global_ptr("sorted_ids"),
+        block_expert: s.global_ptr("block_expert"),
+        tokens: s.i32("tokens"),
+        topk: s.i32("topk"),
+        rows: s.i32("rows"),
+        n: s.i32("n"),
+        k: s.i32("k"),
+    };
+    (s, p)
+}
+
+/// Parameters of the down kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DownParams {
+    out: PtrParam,
+    a: PtrParam,
+    a_scales: PtrParam,
+    w: PtrParam,
+    w_scales: PtrParam,
+    sorted_ids: PtrParam,
+    block_expert: PtrParam,
+    weights: PtrParam,
+    tokens: I32Param,
+    topk: I32Param,
+    rows: I32Param,
+    n: I32Param,
+    k: I32Param,
+}
+
+/// The down kernel's signature: `(out, a, a_scales, w, w_scales, sorted_ids, block_expert,
+/// weights, tokens, topk, rows, n, k)`: `out` the bf16 layer output `[tokens, n]` (atomic
+/// combine) or the f32 contributions `[tokens * topk, n]` (sorted reduce); `a` the gate/up
+/// kernel's output; `weights` the routing weights `[tokens * topk]` (f32); `n` = hidden size;
+/// `k` = padded intermediate size.
+pub(crate) fn down_signature() -> (Signature, DownParams) {
+    let mut s = Signature::new();
+    let p = DownParams {
+        out: s.global_ptr("out"),
+        a: s.global_ptr("a"),
+        a_scales: s.global_ptr("a_scales"),
+        w: s.global_ptr("w"),
+        w_scales: s.global_ptr("w_scales"),
+        sorted_ids: s.global_ptr("sorted_ids"),
+        block_expert: s.global_ptr("block_expert"),
+        weights: s.global_ptr("weights"),
+        tokens: s.i32("tokens"),
+        topk: s.i32("topk"),
+        rows: s.i32("rows"),
+        n: s.i32("n"),
+        k: s.i32("k"),
+    };
+    (s, p)
+}
+
+/// Parameters of the reduce kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReduceParams {
+    out: PtrParam,
+    parts: PtrParam,
+    tokens: I32Param,
+    topk: I32Param,
+    n: I32Param,
+}
+
+/// The reduce kernel's signature: `(out, parts, tokens, topk, n)`: `out[t] = bf16(sum over
+/// slots s, in order, of parts[t * topk + s])`, rows of `n` values.
+pub(crate) fn reduce_signature() -> (Signature, ReduceParams) {
+    let mut s = Signature::new();
+    let p = ReduceParams {
+        out: s.global_ptr("out"),
+        parts: s.global_ptr("parts"),
+        tokens: s.i32("tokens"),
+        topk: s.i32("topk"),
+        n: s.i32("n"),
+    };
+    (s, p)
+}
+
+/// Work-items of the reduce kernel's workgroups; each sums 4 columns.
+pub(crate) const REDUCE_THREADS: u32 = 256;
+/// Columns a reduce work-item sums.
+pub(crate) const REDUCE_COLUMNS: u32 = 4;
+
+/// The stride between the groups of a grouped layout (its mode 0), as a device integer.
+fn group_stride<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    grouped: &Layout<Int<'k, 'ctx>>,
+) -> Result<Int<'k, 'ctx>> {
+    match grouped.mode(0)?.stride() {
+        Coord::Leaf(d) => Ok(d.to_value(&k.i32(0))),
+        _ => Err(DslError::Internal("a group mode is a leaf".into())),
+    }
+}
+
+/// One expert's B of a `Shuffler[E]` weight: `(n, k)` FP4 view and scale view over buffers of
+/// that expert alone.
+#[allow(clippy::too_many_arguments)]
+fn expert_b<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    w: PtrParam,
+    w_scales: PtrParam,
+    expert: Int<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+    kb: Int<'k, 'ctx>,
+    ks: Int<'k, 'ctx>,
+    policy: CachePolicy,
+) -> Result<(TileTensor<'k, 'ctx>, Scales<'k, 'ctx>)> {
+    let one = Idx::Static(1);
+    let b5 = Shuffler::b_5d_layout(one.clone(), n.idx(), kb.idx());
+    let npad = preb::pad32(n);
+    let s4 = Shuffler::scale_4d_layout(one, npad.idx(), ks.idx());
+    let w_e = k.ptr_offset(k.ptr_arg(w)?, expert, group_stride(k, &b5)?)?;
+    let s_e = k.ptr_offset(k.ptr_arg(w_scales)?, expert, group_stride(k, &s4)?)?;
+    let wb = k.buffer(w_e, n * kb, policy)?;
+    let sb = k.buffer(s_e, npad * ks, CachePolicy::Always)?;
+    Ok((preb::b_view(k, wb, n, kb)?, Scales::new(k, sb, npad, ks)?))
+}
+
+/// The expert of the workgroup's block (wave-uniform).
+fn block_expert<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    p: PtrParam,
+    blocks: Int<'k, 'ctx>,
+    block: Int<'k, 'ctx>,
+) -> Result<Int<'k, 'ctx>> {
+    let buf = k.buffer(k.ptr_arg(p)?, blocks * 4, CachePolicy::Always)?;
+    let at = Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(block.idx()))?;
+    let z = k.i32(0);
+    let e = k.buffer_load(&buf, z, at.to_value(&z), 1)?.int(k)?;
+    k.readfirstlane(e)
+}
+
+/// Emits the gate/up kernel of `spec`.
+pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> {
+    let tile = spec.tile(Stage::GateUp);
+    let th = Threads::new(k, tile.warps() as i64)?;
+    let (_, p) = gate_up_signature();
+    let tokens = k.i32_arg(p.tokens)?;
+    let topk = k.i32_arg(p.topk)?;
+    let rows = k.i32_arg(p.rows)?;
+    let n = k.i32_arg(p.n)?;
+    let kdim = k.i32_arg(p.k)?;
+    let (kb, ks) = (kdim / 2, kdim / 32);
+    let bm = tile.bm as i64;
+    let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
+    let blocks = rows / bm;
+    let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
+    let (b, sfb) = expert_b(k, p.w, p.w_scales, expert, n, kb, ks, tile.b_cache_policy)?;
+    let (slots, mma) = preb::mma_state(k, tile)?;
+    let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
+    let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
+    let x = k.buffer(k.ptr_arg(p.x)?, tokens * kb, CachePolicy::Always)?;
+    let xs = k.buffer(k.ptr_arg(p.x_scales)?, tokens * ks, CachePolicy::Always)?;
+    let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
+    let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
+    ml.run()?;
+    let out = k.buffer(k.ptr_arg(p.out)?, rows * (n / 4), CachePolicy::Always)?;
+    let npad_rows = preb::pad32(rows);
+    let out_scales = k.buffer(
+        k.ptr_arg(p.out_scales)?,
+        npad_rows * (n / 64),
+        CachePolicy::Always,
+    )?;
+    let epi = GateUpEpilogue {
+        k,
+        spec,
+        th,
+        mma: &ml.mma,
+        bid_x,
+        bid_y,
+        rows,
+        n,
+    };
+    epi.emit(out, out_scales)
+}
+
+/// The gate/up epilogue: activation of each (gate, up) pair into LDS, then per row and 32
+/// outputs the OCP MXFP4 quantization, written in sorted-row order.
+struct GateUpEpilogue<'a, 'k, 'ctx> {
+    k: &'k Kernel<'ctx>,
+    spec: &'a MoeSpec,
+    th: Threads<'k, 'ctx>,
+    mma: &'a BlockScaledMmaOp<'k, 'ctx>,
+    bid_x: Int<'k, 'ctx>,
+    bid_y: Int<'k, 'ctx>,
+    rows: Int<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+}
+
+impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
+    fn emit(&self, out: Buffer<'ctx>, out_scales: Buffer<'ctx>) -> Result<()> {
+        let k = self.k;
+        let tile = self.spec.tile(Stage::GateUp);
+        let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
+        let half = bn / 2;
+        let bytes = u32::try_from(bm * half * 4)
+            .map_err(|_| DslError::Internal("activation tile size".into()))?;
+        let lds = k.lds_alloc("moe_act", bytes, 16)?;
+        // Gate/up column n of the tile is (n % 2, n / 2): which of the pair, and the output.
+        // The activations are f32, row-major `[BM, BN / 2]`; the parity is an index view.
+        let act = TileTensor::new(
+            k,
+            Storage::Lds(lds),
+            dev_layout(&Layout::new((bm, (2, half)), (half * 4, (0, 4)))?)?,
+        );
+        let parity = TileTensor::index(k, dev_layout(&Layout::new((bm, (2, half)), (0, (1, 0)))?)?);
+        let frag = |v: &TileTensor<'k, 'ctx>| {
+            v.tile(&[bm, wn], &[Idx::Static(0), self.th.wave.idx()])?
+                .partition_c(&self.mma.atom, self.th.lane)
+        };
+        let (act, parity) = (frag(&act)?, frag(&parity)?);
+        let values = self.mma.atom.shape_mnk()[0] * self.mma.atom.shape_mnk()[1] / 64;
+        let z = k.i32(0);
+        for i in 0..self.mma.num_m {
+            for j in 0..self.mma.num_n {
+                let acc = self.mma.accum_tile().load(&Coord::from((i, j)))?;
+                let accs = k.split(acc, values as u32)?;
+                // Each value's (which, static output offset); the lane's part is common.
+                let mut which = Vec::new();
+                for v in 0..values {
+                    let c = Coord::from((v, i as i64, j as i64));
+                    let (pb, pl, pf, pr) = parity.offset_parts(&c)?;
+                    let static_zero = |x: &Idx<Int<'k, 'ctx>>| x.static_value() == Some(0);
+                    if !(static_zero(&pb) && static_zero(&pl) && static_zero(&pr)) {
+                        return Err(DslError::Internal(
+                            "a lane's gate and up values are not in the same lane".into(),
+                        ));
+                    }
+                    let (_, _, fixed, rest) = act.offset_parts(&c)?;
+                    if !static_zero(&rest) {
+                        return Err(DslError::Internal(
+                            "an activation's place is not static per value".into(),
+                        ));
+                    }
+                    which.push((pf, fixed, v));
+                }
+                for &(pf, fixed, v) in &which {
+                    if pf != 0 {
+                        continue;
+                    }
+                    let up = which
+                        .iter()
+                        .find(|&&(qf, qfixed, _)| qf == 1 && qfixed == fixed)
+                        .map(|&(_, _, u)| u)
+                        .ok_or_else(|| {
+                            DslError::Internal(format!("value {v} has no up partner"))
+                        })?;
+                    let a = activation(
+                        k,
+                        self.spec.activation_kind(),
+                        accs[v as usize],
+                        accs[up as usize],
+                    )?;
+                    let (base, lane, _, _) =
+                        act.offset_parts(&Coord::from((v, i as i64, j as i64)))?;
+                    let at = base.add(&lane).add(&Idx::Static(fixed)).to_value(&z);
+                    k.lds_store(&lds, at, a, 4)?;
+                }
+            }
+        }
+        k.barrier()?;
+        self.quantize(&lds, out, out_scales)
+    }
+
+    /// Each work-item takes (row, block) items of the LDS tile: 32 activations, one E8M0 scale
+    /// and 16 bytes of FP4 codes, exactly as `tilegen_mx::quantize_block` computes them.
+    fn quantize(
+        &self,
+        lds: &tilegen_dsl::Lds<'ctx>,
+        out: Buffer<'ctx>,
+        out_scales: Buffer<'ctx>,
+    ) -> Result<()> {
+        let k = self.k;
+        let tile = self.spec.tile(Stage::GateUp);
+        let (bm, bn) = (tile.bm as i64, tile.bn as i64);
+        let half = bn / 2;
+        let per_row = half / 32;
+        let items = bm * per_row;
+        let threads = self.th.warps * 64;
+        // Item q is block q % per_row of row q / per_row: neighbours write neighbouring bytes.
+        let item = dev_layout(&Layout::col_major((per_row, bm)))?;
+        // The tile's activations as f32 words, `(output, row)`.
+        let words = TileTensor::packed(
+            k,
+            Storage::Lds(*lds),
+            dev_layout(&Layout::new((half, bm), (1, half))?)?,
+            32,
+        )?;
+        // The layer's activations `[rows, n / 2]` FP4 (n / 4 bytes a row), in sorted order, as
+        // `(row, block)` of 16-byte blocks, and their scales in the Shuffler's 4D layout over
+        // the rows padded to 32; the workgroup writes its `[BM, BN / 64]` tile of both.
+        let n_out = self.n / 2;
+        let blocks = n_out / 32;
+        let out_view = TileTensor::new(
+            k,
+            Storage::Global(out),
+            Layout::new(
+                (self.rows.idx(), blocks.idx()),
+                ((n_out / 2).idx(), Idx::Static(16)),
+            )?,
+        );
+        let s4 =
+            Shuffler::scale_4d_layout(Idx::Static(1), preb::pad32(self.rows).idx(), blocks.idx());
+        let scale_view = TileTensor::new(
+            k,
+            Storage::Global(out_scales),
+            Layout::from_modes(vec![s4.mode(1)?, s4.mode(2)?]),
+        );
+        let at = [self.bid_y.idx(), self.bid_x.idx()];
+        let out_tile = out_view.tile(&[bm, per_row], &at)?;
+        let scale_tile = scale_view.tile(&[bm, per_row], &at)?;
+        let rounds = (items + threads - 1) / threads;
+        for r in 0..rounds {
+            let q = self.th.tid + r * threads;
+            let body = || -> Result<()> {
+                let crd = item.idx2crd(&q.idx())?;
+                let (blk, row) = match crd.leaves().as_slice() {
+                    [b, r] => ((*b).clone(), (*r).clone()),
+                    _ => return Err(DslError::Internal("an item has two modes".into())),
+                };
+                let block = words
+                    .tile(&[32, 1], &[blk.clone(), row.clone()])?
+                    .load_values(&[0])?;
+                let vals: Vec<Int<'k, 'ctx>> = k
+                    .split(block, 32)?
+                    .into_iter()
+                    .map(|v| k.bitcast(v, Ty::I32)?.int(k))
+                    .collect::<Result<_>>()?;
+                let (codes, scale) = quantize_block(k, &vals)?;
+                let c = Coord::from((row, blk));
+                let (u, l) = out_tile.offsets(&c)?;
+                let packed =
+                    k.concat(&codes.iter().map(|&c| Value::from(c)).collect::<Vec<_>>())?;
+                k.buffer_store(&out, packed, l, u)?;
+                let (u, l) = scale_tile.offsets(&c)?;
+                let byte = k.slice(k.bitcast(scale.into(), Ty::vector(Elem::I8, 4))?, 0, 1)?;
+                k.buffer_store(&out_scales, byte, l, u)
+            };
+            if (r + 1) * threads <= items {
+                body()?;
+            } else {
+                k.if_then(q.lt(&k.i32(items)), body)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `act(gate, up)` in f32 on the device (the formulas of [`Activation`]), with
+/// `sigmoid(x) = 1 / (1 + 2^(-x log2 e))`.
+fn activation<'ctx>(
+    k: &Kernel<'ctx>,
+    act: Activation,
+    gate: Value<'ctx>,
+    up: Value<'ctx>,
+) -> Result<Value<'ctx>> {
+    let c = |v: f32| k.f32(v);
+    let sigmoid = |x: Value<'ctx>| -> Result<Value<'ctx>> {
+        let e = k.exp2(k.fmul(x, c(-LOG2_E))?)?;
+        k.fdiv(c(1.0), k.fadd(c(1.0), e)?)
+    };
+    match act {
+        Activation::Swiglu => {
+            let limit = tilegen_mx::moe::SWIGLU_LIMIT;
+            // min(gate, 7) (a NaN gate gives 7, as f32::min does); clamp(up, -7, 7).
+            let g = k.select(k.flt(gate, c(limit))?, gate, c(limit))?;
+            let u = k.fmax(k.select(k.flt(up, c(limit))?, up, c(limit))?, c(-limit))?;
+            let x = k.fmul(c(tilegen_mx::moe::SWIGLU_ALPHA), g)?;
+            let f = k.fmul(g, sigmoid(x)?)?;
+            k.fmul(f, k.fadd(u, c(1.0))?)
+        }
+        Activation::SiluMul => {
+            let f = k.fmul(gate, sigmoid(gate)?)?;
+            k.fmul(f, up)
+        }
+    }
+}
+
+/// OCP MXFP4 quantization of 32 f32 values (given as their bits): the E8M0 scale
+/// `2^(floor(log2(amax)) - 2)` clamped to the E8M0 range (127 for an all-zero block, 255 for a
+/// block with a NaN, 254 for one with an infinity), and per element the E2M1 code of
+/// `v / scale` rounded to nearest even and saturated, packed 8 to a dword (element 2i in the
+/// low nibble of byte i). All in integers on the bits: magnitudes of non-negative floats order
+/// like their bits, so the block maximum and the rounding thresholds are integer compares.
+fn quantize_block<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    bits: &[Int<'k, 'ctx>],
+) -> Result<([Int<'k, 'ctx>; 4], Int<'k, 'ctx>)> {
+    use tilegen_layout::IndexValue;
+    let c = |v: i64| k.i32(v);
+    let abs = |b: &Int<'k, 'ctx>| b.and(&c(0x7fff_ffff));
+    let amax = bits
+        .iter()
+        .map(abs)
+        .reduce(|a, b| b.select(a.lt(&b), &a))
+        .ok_or_else(|| DslError::Internal("an empty block".into()))?;
+    let inf = c(0x7f80_0000);
+    let exp = amax.shr(&c(23));
+    let code = exp - 2;
+    let code = c(0).select(code.lt(&c(0)), &code);
+    let code = c(254).select(amax.eq(&inf), &code);
+    let code = c(127).select(amax.eq(&c(0)), &code);
+    let nan = inf.lt(&amax);
+    let scale = c(255).select(nan, &code);
+    // 1 / scale = 2^(127 - code): biased exponent 254 - code, or the denormal 2^-127.
+    let recip = (c(254) - code).shl(&c(23));
+    let recip = c(0x0040_0000).select(code.eq(&c(254)), &recip);
+    let recip = k.bitcast(recip.into(), Ty::F32)?;
+    // E2M1 magnitude codes 0..7 at thresholds 0.25 < m, 0.75 <= m, 1.25 < m, 1.75 <= m,
+    // 2.5 < m, 3.5 <= m, 5 < m (ties to the even code).
+    let ge = |v: f32| v.to_bits() as i64 - 1;
+    let gt = |v: f32| v.to_bits() as i64;
+    let thresholds = [
+        gt(0.25),
+        ge(0.75),
+        gt(1.25),
+        ge(1.75),
+        gt(2.5),
+        ge(3.5),
+        gt(5.0),
+    ];
+    let mut dwords = Vec::with_capacity(4);
+    for group in bits.chunks(8) {
+        let mut d = c(0);
+        for (i, b) in group.iter().enumerate() {
+            let v = k.bitcast((*b).into(), Ty::F32)?;
+            let q = k.bitcast(k.fmul(v, recip)?, Ty::I32)?.int(k)?;
+            let m = abs(&q);
+            let mut e = c(0);
+            for &t in &thresholds {
+                e = e + c(1).select(c(t).lt(&m), &c(0));
+            }
+            let sign = q.shr(&c(31)).shl(&c(3));
+            let code = e.xor(&sign);
+            let code = c(0).select(nan, &code);
+            d = d.xor(&code.shl(&c(4 * i as i64)));
+        }
+        dwords.push(d);
+    }
+    let dwords: [Int<'k, 'ctx>; 4] = dwords
+        .try_into()
+        .map_err(|_| DslError::Internal("32 values make 4 dwords".into()))?;
+    Ok((dwords, scale))
+}
+
+/// Emits the down kernel of `spec`.
+pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> {
+    let tile = spec.tile(Stage::Down);
+    let th = Threads::new(k, tile.warps() as i64)?;
+    let (_, p) = down_signature();
+    let tokens = k.i32_arg(p.tokens)?;
+    let topk = k.i32_arg(p.topk)?;
+    let rows = k.i32_arg(p.rows)?;
+    let n = k.i32_arg(p.n)?;
+    let kdim = k.i32_arg(p.k)?;
+    let (kb, ks) = (kdim / 2, kdim / 32);
+    let bm = tile.bm as i64;
+    let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
+    let blocks = rows / bm;
+    let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
+    let (b, sfb) = expert_b(k, p.w, p.w_scales, expert, n, kb, ks, tile.b_cache_policy)?;
+    let (slots, mma) = preb::mma_state(k, tile)?;
+    let a_buf = k.buffer(k.ptr_arg(p.a)?, rows * kb, CachePolicy::Always)?;
+    let sa_buf = k.buffer(
+        k.ptr_arg(p.a_scales)?,
+        preb::pad32(rows) * ks,
+        CachePolicy::Always,
+    )?;
+    let a = RowsA {
+        buf: a_buf,
+        global: th.row_major(rows, kb, 1),
+        tile: bid_y,
+        sfa: Scales::new(k, sa_buf, preb::pad32(rows), ks)?,
+    };
+    let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
+    ml.run()?;
+    let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
+    let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
+    let pairs = tokens * topk;
+    let weights = k.buffer(k.ptr_arg(p.weights)?, pairs * 4, CachePolicy::Always)?;
+    let combine = spec.combine_kind();
+    let out = match combine {
+        super::spec::Combine::Atomic => {
+            k.buffer(k.ptr_arg(p.out)?, tokens * n * 2, CachePolicy::Always)?
+        }
+        super::spec::Combine::SortedReduce => {
+            k.buffer(k.ptr_arg(p.out)?, pairs * n * 4, CachePolicy::Always)?
+        }
+    };
+    let (bn, wn) = (tile.bn as i64, tile.wn as i64);
+    let atom = &ml.mma.atom;
+    // Rows of the block and columns of the output of the wave's accumulators: index views of
+    // `[BM, N]` tiled by the workgroup's and the wave's tiles and partitioned like them.
+    let index = |strides: (i64, i64)| -> Result<TileTensor<'k, 'ctx>> {
+        let l = Layout::new(
+            (Idx::Static(bm), n.idx()),
+            (Idx::Static(strides.0), Idx::Static(strides.1)),
+        )?;
+        TileTensor::index(k, l)
+            .tile(&[bm, bn], &[Idx::Static(0), bid_x.idx()])?
+            .tile(&[bm, wn], &[Idx::Static(0), th.wave.idx()])?
+            .partition_c(atom, th.lane)
+    };
+    let (row_of, col_of) = (index((1, 0))?, index((0, 1))?);
+    // Byte layouts of the output: `[tokens, n]` bf16 or `[pairs, n]` f32.
+    let out_layout = match combine {
+        super::spec::Combine::Atomic => {
+            Layout::new((tokens.idx(), n.idx()), ((n * 2).idx(), Idx::Static(2)))?
+        }
+        super::spec::Combine::SortedReduce => {
+            Layout::new((pairs.idx(), n.idx()), ((n * 4).idx(), Idx::Static(4)))?
+        }
+    };
+    let values = (atom.shape_mnk()[0] * atom.shape_mnk()[1] / 64) as usize;
+    let runs = column_runs(atom, combine)?;
+    let z = k.i32(0);
+    for i in 0..ml.mma.num_m {
+        // Every value of tile row i is in one row of the block (checked).
+        let row = uniform_part(&row_of, i, ml.mma.num_n, values)?;
+        let pair = sorted.pair(row)?;
+        let token = token_of(pair, topk)?;
+        let wz = Layout::new(pairs.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(pair.idx()))?;
+        let w = k.buffer_load(&weights, wz.to_value(&z), z, 1)?;
+        let w = k.bitcast(w, Ty::F32)?;
+        for j in 0..ml.mma.num_n {
+            let acc = ml.mma.accum_tile().load(&Coord::from((i, j)))?;
+            let accs = k.split(acc, values as u32)?;
+            for run in &runs {
+                let first = Coord::from((run[0] as i64, i as i64, j as i64));
+                let (u, l) = col_of.offsets(&first)?;
+                let col = u + l;
+                let keep = col.lt(&n);
+                let scaled: Vec<Value<'ctx>> = run
+                    .iter()
+                    .map(|&v| k.fmul(accs[v], w))
+                    .collect::<Result<_>>()?;
+                // Padding rows' pair is tokens x topk: their token and pair rows are past the
+                // output's end, so those adds and stores are dropped by the buffer.
+                let row = match combine {
+                    super::spec::Combine::Atomic => token,
+                    super::spec::Combine::SortedReduce => pair,
+                };
+                let at = out_layout
+                    .crd2idx(&Coord::from((row.idx(), col.idx())))?
+                    .to_value(&z)
+                    .select(keep, &out.records(k));
+                let value = k.concat(&scaled)?;
+                match combine {
+                    super::spec::Combine::Atomic => {
+                        k.buffer_atomic_fadd(&out, k.convert(value, Elem::Bf16)?, at, z)?
+                    }
+                    super::spec::Combine::SortedReduce => k.buffer_store(&out, value, at, z)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The row (per lane) of every accumulator value of MMA tile row `i`, checked to be one row:
+/// the values of a tile row differ only in their columns.
+fn uniform_part<'k, 'ctx>(
+    row_of: &TileTensor<'k, 'ctx>,
+    i: usize,
+    tiles_n: usize,
+    values: usize,
+) -> Result<Int<'k, 'ctx>> {
+    let mut first = None;
+    for j in 0..tiles_n {
+        for v in 0..values {
+            let (_, _, fixed, rest) =
+                row_of.offset_parts(&Coord::from((v as i64, i as i64, j as i64)))?;
+            if rest.static_value() != Some(0) {
+                return Err(DslError::Internal("a value's row is not static".into()));
+            }
+            if *first.get_or_insert(fixed) != fixed {
+                return Err(DslError::Internal(format!(
+                    "tile row {i} holds values of several rows of the block"
+                )));
+            }
+        }
+    }
+    let (u, l) = row_of.offsets(&Coord::from((0, i as i64, 0)))?;
+    Ok(u + l)
+}
+
+/// The accumulator values of one lane grouped into runs of consecutive output columns that
+/// one store (or one packed bf16 atomic: pairs starting on an even column) writes, checked
+/// on the atom's C layout for every lane.
+fn column_runs(atom: &impl MmaAtom, combine: super::spec::Combine) -> Result<Vec<Vec<usize>>> {
+    let [m, n, _] = atom.shape_mnk();
+    let values = (m * n / 64) as usize;
+    let width = match combine {
+        super::spec::Combine::Atomic => 2,
+        super::spec::Combine::SortedReduce => 4,
+    };
+    let c = atom.c_layout();
+    let col = |lane: i64, v: usize| -> Result<i64> {
+        let idx = c
+            .crd2idx(&Coord::from((lane, v as i64)))?
+            .static_value()
+            .ok_or_else(|| DslError::Internal("a static layout".into()))?;
+        Ok(idx / m)
+    };
+    let mut runs = Vec::new();
+    for first in (0..values).step_by(width) {
+        let run: Vec<usize> = (first..first + width).collect();
+        for lane in 0..64 {
+            let c0 = col(lane, first)?;
+            if c0 % width as i64 != 0 {
+                return Err(DslError::Internal(format!(
+                    "lane {lane} value {first}: column {c0} does not start a run of {width}"
+                )));
+            }
+            for (d, &v) in run.iter().enumerate() {
+                if col(lane, v)? != c0 + d as i64 {
+                    return Err(DslError::Internal(format!(
+                        "lane {lane}: values {run:?} are not consecutive columns"
+                    )));
+                }
+            }
+        }
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// Emits the reduce kernel: each work-item sums 4 columns of one token over its slots, in slot
+/// order, and stores them as bf16.
+pub(crate) fn reduce<'k, 'ctx>(k: &'k Kernel<'ctx>) -> Result<()> {
+    let (_, p) = reduce_signature();
+    let tid = k.thread_id()?;
+    let tokens = k.i32_arg(p.tokens)?;
+    let topk = k.i32_arg(p.topk)?;
+    let n = k.i32_arg(p.n)?;
+    let (bid_x, token) = (k.block_id_x()?, k.block_id_y()?);
+    let pairs = tokens * topk;
+    let parts = k.buffer(k.ptr_arg(p.parts)?, pairs * n * 4, CachePolicy::Streaming)?;
+    let out = k.buffer(k.ptr_arg(p.out)?, tokens * n * 2, CachePolicy::Always)?;
+    // Work-item `tid` of workgroup `x` sums columns `4 (256 x + tid) ..`.
+    let (cols, threads) = (REDUCE_COLUMNS as i64, REDUCE_THREADS as i64);
+    let col = Layout::new(
+        (Idx::Static(threads), n.idx()),
+        (Idx::Static(cols), Idx::Static(cols * threads)),
+    )?
+    .crd2idx(&Coord::from((tid.idx(), bid_x.idx())))?
+    .to_value(&k.i32(0));
+    let keep = col.lt(&n);
+    let z = k.i32(0);
+    // The contributions `[tokens * topk, n]` f32: pair `(token, slot)` is row `token topk + slot`.
+    let parts_l = Layout::new(
+        ((topk.idx(), tokens.idx()), n.idx()),
+        (((n * 4).idx(), (n * 4 * topk).idx()), Idx::Static(4)),
+    )?;
+    let out_l = Layout::new((tokens.idx(), n.idx()), ((n * 2).idx(), Idx::Static(2)))?;
+    let sum = k.var(k.zero(Ty::vector(Elem::F32, REDUCE_COLUMNS)))?;
+    k.for_range(z, topk, 1, |slot| {
+        let at = parts_l
+            .crd2idx(&Coord::from(((slot.idx(), token.idx()), col.idx())))?
+            .to_value(&z);
+        let v = k.buffer_load(&parts, at.select(keep, &parts.records(k)), z, 4)?;
+        let v = k.bitcast(v, Ty::vector(Elem::F32, REDUCE_COLUMNS))?;
+        k.set(&sum, k.fadd(k.get(&sum)?, v)?)
+    })?;
+    let at = out_l
+        .crd2idx(&Coord::from((token.idx(), col.idx())))?
+        .to_value(&z);
+    let v = k.convert(k.get(&sum)?, Elem::Bf16)?;
+    k.buffer_store(&out, v, at.select(keep, &out.records(k)), z)
+}

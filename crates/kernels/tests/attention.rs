@@ -1,0 +1,112 @@
+//! Paged FP8 decode attention on the emulator against the CPU reference
+//! (`tilegen_mx::attention`), which follows the kernel's quantization points and bounds the
+//! rest of its arithmetic per element (see that module). Inputs: random bf16 queries, random
+//! FP8 caches with per-head scales, a shuffled block table whose pages are scattered over a
+//! cache with spare pages, ragged context lengths in one batch.
+//!
+//! The matrix is sized for the emulator on two cores: the shapes (Llama-3-70B-like
+//! 64/8 heads at d = 128, gpt-oss-like 64/8 at d = 64; batch 1 and 8; contexts 1, 17, 255 and
+//! 4096; pages 16 and 64) each appear, but not every combination: the long contexts run at
+//! batch 1, and the batch-8 cases mix the short ones.
+
+use std::time::Instant;
+
+use tilegen_kernels::attention::{AttentionKernels, AttentionSpec};
+use tilegen_mx::attention::{AttentionProblem, reference_attention};
+use tilegen_runtime::EmuDevice;
+
+/// Builds `spec`, runs it on `lens`, and checks every output element against the reference.
+fn check(spec: AttentionSpec, lens: &[i32], seed: u64) -> Result<String, String> {
+    let t0 = Instant::now();
+    let kernels: AttentionKernels = spec.build().map_err(|e| format!("{spec:?}: {e}"))?;
+    let problem = AttentionProblem::random(
+        lens.len(),
+        spec.q_heads as usize,
+        spec.kv_heads as usize,
+        spec.head_dim as usize,
+        spec.page_size as usize,
+        lens,
+        spec.sm_scale,
+        seed,
+    )
+    .map_err(|e| e.to_string())?;
+    let dev = EmuDevice::new();
+    let t1 = Instant::now();
+    let got = kernels
+        .run(&dev, &problem.inputs())
+        .map_err(|e| format!("{}: {e}", kernels.main().name()))?;
+    let t2 = Instant::now();
+    let reference = reference_attention(&problem.inputs(), spec.partials() as usize)
+        .map_err(|e| e.to_string())?;
+    let cmp = reference
+        .compare_bf16(&got.out)
+        .map_err(|e| e.to_string())?;
+    let line = format!(
+        "{} lens {:?}: {cmp}; bound/max|out| {:.2e}; build {:.1?} emulate {:.1?}",
+        kernels.main().name(),
+        if lens.len() > 4 { &lens[..4] } else { lens },
+        reference.relative_bound(),
+        t1 - t0,
+        t2 - t1,
+    );
+    if cmp.passed() { Ok(line) } else { Err(line) }
+}
+
+fn run_all(cases: &[(AttentionSpec, Vec<i32>)]) {
+    let mut failures = Vec::new();
+    for (i, (spec, lens)) in cases.iter().enumerate() {
+        match check(*spec, lens, i as u64 + 1) {
+            Ok(line) => eprintln!("ok   {line}"),
+            Err(line) => {
+                eprintln!("FAIL {line}");
+                failures.push(line);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn small_shapes_every_page_size_and_split() {
+    let mut cases = Vec::new();
+    for page in [0, 16, 32, 64] {
+        for (d, group) in [(64, 4), (128, 8)] {
+            let spec = AttentionSpec::new(group * 2, 2, d, page);
+            cases.push((spec, vec![17, 1, 300]));
+            cases.push((spec.split_kv(2).waves(2), vec![255, 129]));
+        }
+    }
+    // Groups of 1 and 16.
+    cases.push((AttentionSpec::new(2, 2, 128, 16), vec![200]));
+    cases.push((AttentionSpec::new(16, 1, 64, 64).split_kv(3), vec![500, 7]));
+    run_all(&cases);
+}
+
+/// The shapes for one model: batch 1 at each context, and batch 8 with ragged
+/// contexts (4096 included), at pages of 16 and 64 rows; long contexts split over workgroups
+/// and waves (and so through the reduce pass).
+fn model_cases(q_heads: u32, kv_heads: u32, head_dim: u32) -> Vec<(AttentionSpec, Vec<i32>)> {
+    let mut cases = Vec::new();
+    for page in [16, 64] {
+        let spec = AttentionSpec::new(q_heads, kv_heads, head_dim, page);
+        for len in [1, 17, 255] {
+            cases.push((spec, vec![len]));
+        }
+        cases.push((spec.split_kv(8).waves(4), vec![4096]));
+        cases.push((
+            spec.split_kv(4).waves(2),
+            vec![1, 17, 255, 4096, 300, 17, 1000, 129],
+        ));
+    }
+    cases
+}
+
+#[test]
+fn llama3_70b_like_decode() {
+    run_all(&model_cases(64, 8, 128));
+}
+
+#[test]
+fn gpt_oss_like_decode() {
+    run_all(&model_cases(64, 8, 64));
+}

@@ -1,0 +1,369 @@
+//! The grouped MoE layer on the emulator against the CPU reference layer: both activations,
+//! both combines, several tiles, skewed routings (every token to one expert, experts without
+//! tokens, a block of one row), sizes that need padding, and the refusals.
+
+use rayon::prelude::*;
+use tilegen_kernels::KernelSpec;
+use tilegen_kernels::moe::{
+    Activation, Combine, DeviceWeights, MoeError, MoeLayer, MoeShape, MoeSpec, MoeSpecError,
+    PreshuffledExpert, Routing, Scoring, route,
+};
+use tilegen_mx::moe::{ExpertWeights, MoeRefError, MoeReference, random_tokens};
+use tilegen_runtime::EmuDevice;
+
+/// Runs `layer` on `routing` and checks the three comparisons; returns a failure description.
+fn check(
+    layer: &MoeLayer,
+    shape: &MoeShape,
+    tokens: usize,
+    routing: &Routing,
+    seed: u64,
+) -> Result<String, String> {
+    let spec = layer.spec();
+    let dev = EmuDevice::new();
+    let experts: Vec<Option<ExpertWeights>> = {
+        let counts = routing.counts();
+        (0..shape.experts)
+            .map(|e| (counts[e] > 0).then(|| ExpertWeights::random(shape, e, seed).unwrap()))
+            .collect()
+    };
+    let weights = DeviceWeights::new(&dev, shape).map_err(|e| e.to_string())?;
+    for (e, w) in experts.iter().enumerate() {
+        if let Some(w) = w {
+            let p = PreshuffledExpert::new(shape, w).unwrap();
+            weights.write(e, &p).map_err(|e| e.to_string())?;
+        }
+    }
+    let x = random_tokens(shape, tokens, seed ^ 0x77).unwrap();
+    let run = layer
+        .run(&dev, &weights, &x, routing)
+        .map_err(|e| format!("{e:#}"))?;
+    let get = |e: usize| {
+        experts[e]
+            .as_ref()
+            .ok_or_else(|| MoeRefError::Input(format!("expert {e} was never routed to")))
+    };
+    let reference = MoeReference::new(
+        shape,
+        &x,
+        routing.ids(),
+        routing.weights(),
+        spec.activation_kind(),
+        spec.combine_kind(),
+        &get,
+    )
+    .unwrap();
+    let s1 = reference.check_stage1(&run.activations).unwrap();
+    let s2 = reference
+        .stage2_from(&run.activations, &get)
+        .unwrap()
+        .compare(&run.out)
+        .unwrap();
+    let layer_cmp = reference.compare_layer(&run.out).unwrap();
+    let summary = format!(
+        "stage1 {} of {} codes differ ({} scales), stage2 {s2}, layer {layer_cmp}",
+        s1.differing, s1.elements, s1.differing_scales
+    );
+    // A layer that wrote nothing would pass trivially only if the reference were zero.
+    let nonzero = run.out.iter().filter(|v| v.to_f32() != 0.0).count();
+    if !s1.passed() || !s2.passed() || !layer_cmp.passed() || nonzero < run.out.len() / 2 {
+        return Err(format!(
+            "{summary}; stage1 violations {} (first: {:?}); {nonzero} nonzero outputs",
+            s1.violations, s1.first_violation
+        ));
+    }
+    Ok(summary)
+}
+
+fn small() -> MoeShape {
+    MoeShape {
+        experts: 8,
+        topk: 2,
+        hidden: 480,
+        inter: 448,
+    }
+}
+
+fn random_routing(shape: &MoeShape, tokens: usize, seed: u64) -> Routing {
+    let mut s = seed | 1;
+    let logits: Vec<f32> = (0..tokens * shape.experts)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
+        })
+        .collect();
+    route(
+        &logits,
+        tokens,
+        shape.experts,
+        shape.topk,
+        &Scoring::TopkSoftmax,
+    )
+    .unwrap()
+}
+
+/// Checks every case in parallel and reports all failures together.
+fn sweep(cases: Vec<(String, MoeSpec, MoeShape, usize, Routing)>) {
+    let failures: Vec<String> = cases
+        .par_iter()
+        .filter_map(|(name, spec, shape, tokens, routing)| {
+            let layer = match spec.build() {
+                Ok(l) => l,
+                Err(e) => return Some(format!("{name}: {e:#}")),
+            };
+            match check(&layer, shape, *tokens, routing, 11) {
+                Ok(_) => None,
+                Err(e) => Some(format!("{name}: {e}")),
+            }
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn activations_and_combines() {
+    let shape = small();
+    let mut cases = Vec::new();
+    for act in [Activation::Swiglu, Activation::SiluMul] {
+        for combine in [Combine::Atomic, Combine::SortedReduce] {
+            for tokens in [1, 13] {
+                cases.push((
+                    format!("{act:?} {combine:?} {tokens} tokens"),
+                    MoeSpec::new(act).combine(combine),
+                    shape,
+                    tokens,
+                    random_routing(&shape, tokens, tokens as u64),
+                ));
+            }
+        }
+    }
+    sweep(cases);
+}
+
+/// Routings a random router rarely gives: every token to the same expert (several blocks of
+/// one expert, the other experts without a block), every token to the last expert, and one
+/// token per expert for a few experts (blocks of one valid row).
+#[test]
+fn skewed_routings() {
+    let shape = small();
+    let mut cases = Vec::new();
+    let tokens = 40;
+    // Slot 0 always expert 5, slot 1 always expert 2: two experts hold everything.
+    let ids: Vec<u32> = (0..tokens).flat_map(|_| [5, 2]).collect();
+    let w: Vec<f32> = (0..tokens)
+        .flat_map(|t| [0.6 + t as f32 / 200.0, 0.3])
+        .collect();
+    let two = Routing::new(shape.experts, 2, ids, w).unwrap();
+    let one_hot = MoeShape { topk: 1, ..shape };
+    let all_last = Routing::new(8, 1, vec![7; 70], vec![1.0; 70]).unwrap();
+    let spread = Routing::new(
+        8,
+        2,
+        vec![0, 3, 6, 1, 4, 7],
+        vec![0.5, -0.25, 1.5, 0.5, 0.75, 0.25],
+    )
+    .unwrap();
+    for act in [Activation::Swiglu, Activation::SiluMul] {
+        cases.push((
+            format!("{act:?} two experts"),
+            MoeSpec::new(act),
+            shape,
+            tokens,
+            two.clone(),
+        ));
+        cases.push((
+            format!("{act:?} all to the last expert, blocks of 16"),
+            MoeSpec::new(act).block_m(16).combine(Combine::SortedReduce),
+            one_hot,
+            70,
+            all_last.clone(),
+        ));
+        cases.push((
+            format!("{act:?} one row per block"),
+            MoeSpec::new(act),
+            shape,
+            3,
+            spread.clone(),
+        ));
+    }
+    sweep(cases);
+}
+
+/// The pipeline's flags and tile shapes, on a shape whose K is several BK tiles: prefetch,
+/// direct-to-LDS staging (gathered rows), 32x32x64 MFMAs, wide and narrow tiles.
+#[test]
+fn tiles_and_flags() {
+    let shape = MoeShape {
+        experts: 6,
+        topk: 2,
+        hidden: 992,
+        inter: 960,
+    };
+    let tile = |bm: u32| KernelSpec::preb().bm(bm).bn(128).wn(64).bk_elems(512);
+    let specs = [
+        MoeSpec::new(Activation::Swiglu)
+            .block_m(64)
+            .gate_up(tile(64).b_prefetch(true))
+            .down(tile(64).b_prefetch(true).dram_to_lds(true)),
+        MoeSpec::new(Activation::SiluMul)
+            .block_m(16)
+            .gate_up(tile(16).bn(256).wn(64).dram_to_lds(true))
+            .down(tile(16).bn(64).wn(16).bk_elems(256)),
+        MoeSpec::new(Activation::Swiglu)
+            .block_m(32)
+            .gate_up(
+                tile(32)
+                    .mma(tilegen_kernels::MfmaShape::M32N32K64)
+                    .b_prefetch(true)
+                    .deep_prime(true),
+            )
+            .down(
+                tile(32)
+                    .mma(tilegen_kernels::MfmaShape::M32N32K64)
+                    .bk_elems(256),
+            )
+            .combine(Combine::SortedReduce),
+        MoeSpec::new(Activation::SiluMul)
+            .block_m(32)
+            .gate_up(tile(32).bn(64).wn(32).bk_elems(256).lds_swizzle(false))
+            .down(
+                tile(32)
+                    .b_prefetch(true)
+                    .cluster_drain_sched(true)
+                    .mfma_cluster(2),
+            ),
+    ];
+    let cases = specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            (
+                format!(
+                    "spec {i}: {} / {}",
+                    spec.kernel_name(tilegen_kernels::moe::Stage::GateUp),
+                    spec.kernel_name(tilegen_kernels::moe::Stage::Down)
+                ),
+                spec,
+                shape,
+                21,
+                random_routing(&shape, 21, 40 + i as u64),
+            )
+        })
+        .collect();
+    sweep(cases);
+}
+
+/// What the layer refuses before anything runs, each with the rule it breaks.
+#[test]
+fn refusals() {
+    let shape = small();
+    // A tile that is not whole MX blocks of activations.
+    let bad = MoeSpec::new(Activation::Swiglu).gate_up(KernelSpec::preb().bm(32).bn(96).wn(32));
+    assert!(matches!(
+        bad.build(),
+        Err(MoeError::Spec(MoeSpecError::Rule { .. }))
+    ));
+    let layer = MoeSpec::new(Activation::Swiglu).build().unwrap();
+    let dev = EmuDevice::new();
+    let weights = DeviceWeights::new(&dev, &shape).unwrap();
+    let x = random_tokens(&shape, 4, 1).unwrap();
+    // A routing over another number of experts.
+    let r = Routing::new(9, 2, vec![0, 1, 2, 3, 4, 5, 6, 8], vec![0.5; 8]).unwrap();
+    let e = layer.run(&dev, &weights, &x, &r).unwrap_err();
+    assert!(matches!(e, MoeError::Inputs(_)), "{e}");
+    // Tokens of another width, or count.
+    let r = random_routing(&shape, 4, 1);
+    let narrow = random_tokens(
+        &MoeShape {
+            hidden: 256,
+            ..shape
+        },
+        4,
+        1,
+    )
+    .unwrap();
+    assert!(matches!(
+        layer.run(&dev, &weights, &narrow, &r),
+        Err(MoeError::Inputs(_))
+    ));
+    let r5 = random_routing(&shape, 5, 1);
+    assert!(matches!(
+        layer.run(&dev, &weights, &x, &r5),
+        Err(MoeError::Inputs(_))
+    ));
+    // A hidden size BK does not divide once padded.
+    let odd = MoeShape {
+        hidden: 224,
+        ..shape
+    };
+    let w2 = DeviceWeights::new(&dev, &odd).unwrap();
+    let x2 = random_tokens(&odd, 4, 1).unwrap();
+    assert!(matches!(
+        layer.run(&dev, &w2, &x2, &r),
+        Err(MoeError::Spec(MoeSpecError::Shape { .. }))
+    ));
+    // An expert past the layer's.
+    let p = PreshuffledExpert::new(&shape, &ExpertWeights::random(&shape, 0, 1).unwrap()).unwrap();
+    assert!(matches!(weights.write(8, &p), Err(MoeError::Inputs(_))));
+    // And the run itself works once the inputs fit.
+    assert!(layer.run(&dev, &weights, &x, &r).is_ok());
+}
+
+/// The shipped MoE templates parse, their layers are the models' and their spaces build.
+#[test]
+fn shipped_moe_templates_parse_and_enumerate() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/moe");
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let t: tilegen_kernels::moe::MoeTemplate =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        t.check().unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let plan = t.plan();
+        assert!(
+            plan.specs.len() >= 64,
+            "{}: {} specs",
+            t.model.name,
+            plan.specs.len()
+        );
+        for s in &plan.specs {
+            s.validate().unwrap();
+            s.check_shape(&t.shape()).unwrap();
+        }
+        names.push((t.model.name.clone(), t.shape()));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let want = [
+        ("deepseek-v3", (256, 8, 7168, 2048)),
+        ("gpt-oss-120b", (128, 4, 2880, 2880)),
+        ("gpt-oss-20b", (32, 4, 2880, 2880)),
+        ("kimi-k2", (384, 8, 7168, 2048)),
+    ];
+    assert_eq!(names.len(), want.len());
+    for ((name, s), (wn, (e, k, h, i))) in names.iter().zip(want) {
+        assert_eq!(
+            (name.as_str(), s.experts, s.topk, s.hidden, s.inter),
+            (wn, e, k, h, i)
+        );
+    }
+    // Broken lists and sizes are refused by the check, unknown keys by the parser.
+    let text = std::fs::read_to_string(dir.join("gpt-oss-20b.toml")).unwrap();
+    let good: tilegen_kernels::moe::MoeTemplate = toml::from_str(&text).unwrap();
+    let mut dup = good.clone();
+    dup.space.wn.push(dup.space.wn[0]);
+    assert!(dup.check().unwrap_err().contains("twice"));
+    let mut desc = good.clone();
+    desc.model.tokens = vec![4, 2];
+    assert!(desc.check().is_err());
+    let mut odd = good;
+    odd.model.hidden = 2881;
+    assert!(odd.check().is_err());
+    let bad = "[model]\nname='x'\nsource=''\nexperts=4\ntopk=2\nhidden=64\ninter=64\nactivation='swiglu'\ntokens=[1]\ncolour=1\n";
+    assert!(toml::from_str::<tilegen_kernels::moe::MoeTemplate>(bad).is_err());
+}

@@ -1,0 +1,242 @@
+//! Evaluating one compiled spec on one shape: by the MI355X timing model, or by timed launches
+//! on a device.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tilegen_codeobj::CodeObject;
+use tilegen_dsl::CompileOptions;
+use tilegen_emu::exec::{DeviceMemory, Program};
+use tilegen_emu::timing::{self, Params, TimingLaunch, TimingOptions};
+use tilegen_kernels::{BuildError, CompiledKernel, GemmBuffers, KernelSpec};
+use tilegen_runtime::{ArgValue, Device, DevicePtr, RuntimeError};
+
+use crate::template::Shape;
+
+/// How results are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    /// The MI355X timing model (no GPU needed).
+    Model,
+    /// Timed launches on a device (warm-up, repeats, median).
+    Device,
+}
+
+impl By {
+    /// `model` or `device`, as the database's `source` column says.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            By::Model => "model",
+            By::Device => "device",
+        }
+    }
+}
+
+/// Why an evaluation failed (the sweep records the message and goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The spec did not compile.
+    #[error("compiling the spec")]
+    Build(#[from] BuildError),
+    /// The compiled code object could not be read back.
+    #[error("reading the code object")]
+    CodeObject(#[from] tilegen_codeobj::CodeObjectError),
+    /// The kernel could not be prepared for the timing model.
+    #[error("loading the kernel into the timing model")]
+    Load(#[from] tilegen_emu::exec::LoadError),
+    /// A buffer could not be allocated.
+    #[error("allocating a {bytes}-byte buffer")]
+    Alloc {
+        /// Size.
+        bytes: u64,
+        /// Why.
+        #[source]
+        source: tilegen_emu::exec::AllocError,
+    },
+    /// The launch was refused or faulted on the device (or its kernargs could not be built).
+    #[error("launching on the device")]
+    Runtime(#[from] RuntimeError),
+    /// Launching the GEMM failed.
+    #[error("launching the GEMM")]
+    Launch(#[from] tilegen_kernels::LaunchError),
+    /// The timing model refused or faulted.
+    #[error("predicting the time")]
+    Timing(#[from] tilegen_emu::timing::TimingError),
+    /// The kernel is missing from its own code object.
+    #[error("the code object has no kernel {0}")]
+    NoKernel(String),
+}
+
+/// One evaluation's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Time of one launch, µs (the model's prediction, or the median of the repeats).
+    pub us: f64,
+    /// Timed launches (1 for the model).
+    pub repeats: u32,
+    /// Relative spread of the repeats: (max - min) / median (0 for the model).
+    pub spread: f64,
+    /// Source-specific detail: the model's bound, MFMA busy fraction, HBM GB/s, method.
+    pub detail: serde_json::Value,
+}
+
+/// Compiles `spec` for a sweep: code object only (no listing, no IR).
+pub fn compile(spec: &KernelSpec) -> Result<CompiledKernel, BuildError> {
+    spec.build_with(CompileOptions {
+        emit_asm: false,
+        emit_ir: false,
+        code_object_v5: false,
+    })
+}
+
+/// Byte sizes of C, A, B, A scales, B scales of `kernel` on `shape` (the kernel's layouts).
+fn sizes(kernel: &CompiledKernel, shape: &Shape) -> Result<[u64; 5], EvalError> {
+    let s = kernel.buffer_sizes(shape.m as usize, shape.n as usize, shape.k as usize)?;
+    Ok([s.c, s.a, s.b, s.sfa, s.sfb])
+}
+
+fn gemm_args(kernel: &CompiledKernel, b: &GemmBuffers, shape: &Shape) -> [ArgValue; 8] {
+    kernel.arguments(b, shape.m as usize, shape.n as usize, shape.k as usize)
+}
+
+/// Ranks by the MI355X timing model: full-size lazily zeroed buffers, the kernel's own
+/// kernargs and launch grid.
+#[derive(Debug, Clone, Default)]
+pub struct ModelEvaluator {
+    /// The machine's parameters.
+    pub params: Params,
+    /// How the prediction is computed (sampled rounds by default).
+    pub options: TimingOptions,
+}
+
+impl ModelEvaluator {
+    /// CUs of the modelled GPU.
+    pub fn cus(&self) -> u32 {
+        (self.params.gpu.xcds.count() * self.params.gpu.cus_per_xcd.count()) as u32
+    }
+
+    /// Predicts `kernel` on `shape`.
+    pub fn measure(
+        &self,
+        kernel: &CompiledKernel,
+        shape: &Shape,
+    ) -> Result<Measurement, EvalError> {
+        let sizes = sizes(kernel, shape)?;
+        let co = CodeObject::parse(kernel.code_object())?;
+        let kd = co
+            .kernel(kernel.name())
+            .ok_or_else(|| EvalError::NoKernel(kernel.name().to_string()))?;
+        let mut mem = DeviceMemory::new();
+        let prog = Program::load(&mut mem, &co, kernel.name())?;
+        let mut ptrs = [DevicePtr(0); 5];
+        for (p, &bytes) in ptrs.iter_mut().zip(&sizes) {
+            let addr = mem
+                .alloc_lazy(bytes.max(1))
+                .map_err(|source| EvalError::Alloc { bytes, source })?;
+            *p = DevicePtr(addr);
+        }
+        let bufs = GemmBuffers {
+            c: ptrs[0],
+            a: ptrs[1],
+            b: ptrs[2],
+            sfa: ptrs[3],
+            sfb: ptrs[4],
+        };
+        let config = kernel.launch_config(shape.m as usize, shape.n as usize);
+        let kernarg =
+            tilegen_runtime::kernargs::build(kd, &config, &gemm_args(kernel, &bufs, shape))?;
+        let launch = TimingLaunch {
+            grid: config.grid,
+            block: config.block,
+            dynamic_lds: config.dynamic_lds,
+            kernarg: &kernarg,
+        };
+        let p = timing::predict(&mut mem, &prog, &launch, &self.params, &self.options)?;
+        Ok(Measurement {
+            us: p.us,
+            repeats: 1,
+            spread: 0.0,
+            detail: serde_json::json!({
+                "bound": p.bound,
+                "mfma_busy": p.mfma_busy,
+                "hbm_gbs": p.hbm_gbs,
+                "cycles": p.cycles,
+                "rounds": p.rounds,
+                "occupancy": p.occupancy,
+                "method": p.method,
+            }),
+        })
+    }
+}
+
+/// Ranks by timed launches on a device: zeroed full-size buffers, `warmup` untimed launches,
+/// then `repeats` timed ones; the median is the time and the relative range the spread.
+pub struct DeviceEvaluator {
+    /// The device.
+    pub device: Box<dyn Device>,
+    /// Untimed launches first.
+    pub warmup: u32,
+    /// Timed launches.
+    pub repeats: u32,
+}
+
+impl DeviceEvaluator {
+    /// Measures `kernel` on `shape`.
+    pub fn measure(
+        &self,
+        kernel: &CompiledKernel,
+        shape: &Shape,
+    ) -> Result<Measurement, EvalError> {
+        let sizes = sizes(kernel, shape)?;
+        let dev = self.device.as_ref();
+        let module = kernel.load(dev)?;
+        let mut owned = Vec::new();
+        let result = (|| {
+            for &bytes in &sizes {
+                owned.push(dev.alloc(bytes.max(1))?);
+            }
+            let bufs = GemmBuffers {
+                c: owned[0],
+                a: owned[1],
+                b: owned[2],
+                sfa: owned[3],
+                sfb: owned[4],
+            };
+            let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+            for _ in 0..self.warmup {
+                kernel.launch(dev, &module, &bufs, m, n, k)?;
+            }
+            let mut times = Vec::new();
+            for _ in 0..self.repeats.max(1) {
+                let t = Instant::now();
+                let r = kernel.launch(dev, &module, &bufs, m, n, k)?;
+                // A device that reports its own kernel time is trusted over the host clock.
+                let wall = if r.wall.is_zero() {
+                    t.elapsed()
+                } else {
+                    r.wall
+                };
+                times.push(wall.as_secs_f64() * 1e6);
+            }
+            Ok::<_, EvalError>(times)
+        })();
+        for p in owned {
+            dev.free(p)?;
+        }
+        let mut times = result?;
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let spread = if median > 0.0 {
+            (times[times.len() - 1] - times[0]) / median
+        } else {
+            0.0
+        };
+        Ok(Measurement {
+            us: median,
+            repeats: times.len() as u32,
+            spread,
+            detail: serde_json::json!({ "device": dev.name(), "times_us": times }),
+        })
+    }
+}

@@ -1,0 +1,249 @@
+//! The best configuration per shape, as a table (Markdown, CSV) and an SVG chart of TFLOP/s
+//! for the best configuration against the runner-up and against the default spec.
+
+use std::collections::BTreeMap;
+
+use plotters::prelude::*;
+use serde::Serialize;
+use tilegen_kernels::KernelSpec;
+
+use crate::db::{Row, Status};
+use crate::template::Shape;
+
+/// Why a chart could not be drawn.
+#[derive(Debug, thiserror::Error)]
+#[error("drawing the chart: {0}")]
+pub struct ChartError(String);
+
+/// One shape's standing.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShapeReport {
+    /// The shape.
+    pub shape: Shape,
+    /// `model` or `device`.
+    pub source: String,
+    /// The fastest configuration.
+    pub best: Row,
+    /// The second fastest.
+    pub runner_up: Option<Row>,
+    /// The default spec (`KernelSpec::preb()` with the same output type), when measured.
+    pub default: Option<Row>,
+    /// Configurations measured on this shape.
+    pub measured: u64,
+    /// Configurations that failed on it.
+    pub failed: u64,
+}
+
+/// Groups `rows` (a database's `results`) by shape and source, best first. With `source`, only
+/// that source's rows count.
+pub fn per_shape(rows: &[Row], source: Option<&str>) -> Vec<ShapeReport> {
+    let mut groups: BTreeMap<(String, u32, u32, Shape), Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        if source.is_some_and(|s| s != r.source) {
+            continue;
+        }
+        groups
+            .entry((r.source.clone(), r.n, r.k, r.shape()))
+            .or_default()
+            .push(r);
+    }
+    let mut out = Vec::new();
+    for ((source, _, _, shape), rows) in groups {
+        let failed = rows.iter().filter(|r| r.status == Status::Failed).count() as u64;
+        let mut ok: Vec<&Row> = rows
+            .into_iter()
+            .filter(|r| r.status == Status::Ok && r.us.is_some())
+            .collect();
+        ok.sort_by(|a, b| {
+            a.us.unwrap_or(f64::INFINITY)
+                .total_cmp(&b.us.unwrap_or(f64::INFINITY))
+                .then(a.cache_key.cmp(&b.cache_key))
+        });
+        let Some(best) = ok.first() else { continue };
+        let default_key = KernelSpec::preb()
+            .out_dtype(best.spec.out_dtype)
+            .cache_key();
+        out.push(ShapeReport {
+            shape,
+            source,
+            best: (*best).clone(),
+            runner_up: ok.get(1).map(|r| (*r).clone()),
+            default: ok
+                .iter()
+                .find(|r| r.cache_key == default_key)
+                .map(|r| (*r).clone()),
+            measured: ok.len() as u64,
+            failed,
+        });
+    }
+    out
+}
+
+fn tflops(r: Option<&Row>) -> Option<f64> {
+    r.and_then(|r| r.tflops)
+}
+
+/// The reports as a Markdown table.
+pub fn markdown(reports: &[ShapeReport]) -> String {
+    let mut s = String::from(
+        "| M | N | K | source | best kernel | µs | TFLOP/s | runner-up TFLOP/s | default TFLOP/s | vs default | measured | failed |\n|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    for r in reports {
+        let vs = match (r.best.us, r.default.as_ref().and_then(|d| d.us)) {
+            (Some(b), Some(d)) => format!("{:.2}x", d / b),
+            _ => "-".into(),
+        };
+        s += &format!(
+            "| {} | {} | {} | {} | `{}` | {:.2} | {} | {} | {} | {} | {} | {} |\n",
+            r.shape.m,
+            r.shape.n,
+            r.shape.k,
+            r.source,
+            r.best.kernel,
+            r.best.us.unwrap_or(0.0),
+            f(r.best.tflops),
+            f(tflops(r.runner_up.as_ref())),
+            f(tflops(r.default.as_ref())),
+            vs,
+            r.measured,
+            r.failed
+        );
+    }
+    s
+}
+
+/// The best row of each shape as CSV (AITER's tuned-GEMM columns).
+pub fn csv(reports: &[ShapeReport]) -> String {
+    let rows: Vec<Row> = reports.iter().map(|r| r.best.clone()).collect();
+    crate::db::Db::csv(&rows)
+}
+
+/// An SVG chart: TFLOP/s per shape (log scale) of the best configuration, the runner-up and
+/// the default spec.
+pub fn svg(reports: &[ShapeReport], title: &str) -> Result<String, ChartError> {
+    let e = |x: &dyn std::fmt::Display| ChartError(x.to_string());
+    let n = reports.len().max(1);
+    let width = (160 + 26 * n as u32).clamp(640, 4000);
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, (width, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| e(&x))?;
+        let all: Vec<f64> = reports
+            .iter()
+            .flat_map(|r| {
+                [
+                    tflops(Some(&r.best)),
+                    tflops(r.runner_up.as_ref()),
+                    tflops(r.default.as_ref()),
+                ]
+            })
+            .flatten()
+            .filter(|v| *v > 0.0)
+            .collect();
+        let max = all.iter().copied().fold(1.0f64, f64::max) * 1.5;
+        let min = all.iter().copied().fold(max, f64::min).max(1e-3) / 1.5;
+        let labels: Vec<String> = reports.iter().map(|r| r.shape.m.to_string()).collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), (min..max * 4.0).log_scale())
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_max_light_lines(0)
+            .x_labels(n)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_style(("sans-serif", 10))
+            .y_desc("TFLOP/s (log)")
+            .x_desc("M (tokens), grouped by N x K")
+            .draw()
+            .map_err(|x| e(&x))?;
+        // One group per GEMM (the shapes come GEMM-major): a separator and its N x K on top.
+        let mut start = 0;
+        for i in 1..=reports.len() {
+            let nk = |j: usize| (reports[j].shape.n, reports[j].shape.k);
+            if i == reports.len() || nk(i) != nk(start) {
+                let (gn, gk) = nk(start);
+                let mid = (start + i - 1) as f64 / 2.0;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        format!("N={gn} K={gk}"),
+                        (mid - 1.0, max * 2.0),
+                        ("sans-serif", 12),
+                    )))
+                    .map_err(|x| e(&x))?;
+                if i < reports.len() {
+                    let x = i as f64 - 0.5;
+                    chart
+                        .draw_series(LineSeries::new([(x, min), (x, max * 4.0)], BLACK.mix(0.4)))
+                        .map_err(|x| e(&x))?;
+                }
+                start = i;
+            }
+        }
+        let point = |i: usize, v: Option<f64>| v.filter(|v| *v > 0.0).map(|v| (i as f64, v));
+        let (red, blue, grey) = (
+            RGBColor(200, 30, 30),
+            RGBColor(30, 90, 200),
+            RGBColor(120, 120, 120),
+        );
+        let defaults: Vec<_> = reports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| point(i, tflops(r.default.as_ref())))
+            .collect();
+        chart
+            .draw_series(
+                defaults
+                    .iter()
+                    .map(|&p| TriangleMarker::new(p, 5, grey.filled())),
+            )
+            .map_err(|x| e(&x))?
+            .label("default spec")
+            .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 5, grey.filled()));
+        let runners: Vec<_> = reports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| point(i, tflops(r.runner_up.as_ref())))
+            .collect();
+        chart
+            .draw_series(
+                runners
+                    .iter()
+                    .map(|&p| Circle::new(p, 7, blue.stroke_width(2))),
+            )
+            .map_err(|x| e(&x))?
+            .label("runner-up")
+            .legend(move |(x, y)| Circle::new((x + 8, y), 6, blue.stroke_width(2)));
+        let best: Vec<_> = reports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| point(i, tflops(Some(&r.best))))
+            .collect();
+        chart
+            .draw_series(best.iter().map(|&p| Circle::new(p, 4, red.filled())))
+            .map_err(|x| e(&x))?
+            .label("best")
+            .legend(move |(x, y)| Circle::new((x + 8, y), 4, red.filled()));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(&x))?;
+        root.present().map_err(|x| e(&x))?;
+    }
+    Ok(text)
+}

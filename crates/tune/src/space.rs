@@ -1,0 +1,206 @@
+//! Enumerating a template's configuration space into valid specs, before LLVM sees any.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+use tilegen_kernels::{KernelSpec, SpecError, Variant};
+
+use crate::template::{Shape, Space};
+
+/// What enumeration produced and refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EnumStats {
+    /// Combinations generated (dimensions a variant ignores collapsed).
+    pub combinations: u64,
+    /// Valid, distinct specs.
+    pub valid: u64,
+    /// Combinations `KernelSpec::validate` refused, by rule.
+    pub pruned: BTreeMap<String, u64>,
+    /// Valid combinations that generate the same code as an earlier one (same cache key).
+    pub duplicates: u64,
+}
+
+impl EnumStats {
+    /// Combinations refused in all.
+    pub fn pruned_total(&self) -> u64 {
+        self.pruned.values().sum()
+    }
+
+    /// `rule: count` pairs, most frequent first.
+    pub fn describe_pruned(&self) -> String {
+        let mut v: Vec<_> = self.pruned.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        v.iter()
+            .map(|(r, c)| format!("{r}: {c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The valid specs of a space, in a deterministic order, with the statistics.
+#[derive(Debug, Clone)]
+pub struct Enumeration {
+    /// Valid, distinct specs.
+    pub specs: Vec<KernelSpec>,
+    /// Counts.
+    pub stats: EnumStats,
+}
+
+/// The rule a refusal names, as a short stable label for counting.
+pub fn rule_label(e: &SpecError) -> String {
+    match e {
+        SpecError::NotPositive { name, .. } => format!("{name} not positive"),
+        SpecError::NotMultiple { name, multiple, .. } => {
+            format!("{name} not a multiple of {multiple}")
+        }
+        SpecError::OutOfRange { name, .. } => format!("{name} out of range"),
+        SpecError::PairRule { name, .. } => format!("{name} scale pair rule"),
+        SpecError::WrongVariant { flag, .. } => format!("{flag} on the wrong variant"),
+        SpecError::NeedsPrefetch { flag } => format!("{flag} needs b_prefetch"),
+        SpecError::MfmaCluster { .. } => "mfma_cluster above the MFMAs of a tile".into(),
+        SpecError::TooManyThreads { .. } => "more than 1024 threads".into(),
+        SpecError::LdsBudget { .. } => "LDS budget".into(),
+        SpecError::RegisterBudget { .. } => "register budget".into(),
+        SpecError::Ignored { setter, .. } => format!("{setter} ignored"),
+    }
+}
+
+/// Every valid spec of `space`. A dimension the variant (or an unset flag) ignores is not
+/// multiplied in: the lds variant takes none of the preb flags, preb takes no `wm`, and
+/// `mfma_cluster` varies only with `cluster_drain_sched`. Everything else is generated and
+/// judged by [`KernelSpec::validate`].
+pub fn enumerate(space: &Space) -> Enumeration {
+    let mut stats = EnumStats::default();
+    let mut specs = Vec::new();
+    let mut keys = HashSet::new();
+    let off = [false];
+    for &variant in &space.variant {
+        let preb = variant == Variant::Preb;
+        let wms: Vec<Option<u32>> = if preb {
+            vec![None]
+        } else {
+            space.wm.iter().copied().map(Some).collect()
+        };
+        let prefetch: &[bool] = if preb { &space.b_prefetch } else { &off };
+        let policies = if preb {
+            space.b_cache_policy.clone()
+        } else {
+            vec![tilegen_kernels::CachePolicy::Always]
+        };
+        for &bm in &space.bm {
+            for &bn in &space.bn {
+                for &bk in &space.bk_elems {
+                    for &wm in &wms {
+                        for &wn in &space.wn {
+                            for &mma in &space.mma {
+                                for &bpf in prefetch {
+                                    for &policy in &policies {
+                                        for &d2l in &space.dram_to_lds {
+                                            let cds_list: &[bool] = if preb && bpf {
+                                                &space.cluster_drain_sched
+                                            } else {
+                                                &off
+                                            };
+                                            for &cds in cds_list {
+                                                let clusters: Vec<Option<u32>> = if cds {
+                                                    space
+                                                        .mfma_cluster
+                                                        .iter()
+                                                        .copied()
+                                                        .map(Some)
+                                                        .collect()
+                                                } else {
+                                                    vec![None]
+                                                };
+                                                let primes: &[bool] = if preb && bpf {
+                                                    &space.deep_prime
+                                                } else {
+                                                    &off
+                                                };
+                                                for &mc in &clusters {
+                                                    for &dp in primes {
+                                                        for &w in &space.waves_per_eu {
+                                                            stats.combinations += 1;
+                                                            let mut s = if preb {
+                                                                KernelSpec::preb()
+                                                            } else {
+                                                                KernelSpec::lds()
+                                                            };
+                                                            s = s.bm(bm).bn(bn).bk_elems(bk).wn(wn);
+                                                            if let Some(wm) = wm {
+                                                                s = s.wm(wm);
+                                                            }
+                                                            if mma != s.mma {
+                                                                s = s.mma(mma);
+                                                            }
+                                                            if bpf {
+                                                                s = s.b_prefetch(true);
+                                                            }
+                                                            if policy != s.b_cache_policy {
+                                                                s = s.b_cache_policy(policy);
+                                                            }
+                                                            if d2l {
+                                                                s = s.dram_to_lds(true);
+                                                            }
+                                                            if cds {
+                                                                s = s.cluster_drain_sched(true);
+                                                            }
+                                                            if let Some(mc) = mc {
+                                                                s = s.mfma_cluster(mc);
+                                                            }
+                                                            if dp {
+                                                                s = s.deep_prime(true);
+                                                            }
+                                                            s = s
+                                                                .waves_per_eu(w)
+                                                                .out_dtype(space.out_dtype);
+                                                            match s.validate() {
+                                                                Err(e) => {
+                                                                    *stats
+                                                                        .pruned
+                                                                        .entry(rule_label(&e))
+                                                                        .or_default() += 1;
+                                                                }
+                                                                Ok(()) => {
+                                                                    if keys.insert(s.cache_key()) {
+                                                                        specs.push(s);
+                                                                    } else {
+                                                                        stats.duplicates += 1;
+                                                                    }
+                                                                }
+                                                            }
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    stats.valid = specs.len() as u64;
+    Enumeration { specs, stats }
+}
+
+/// The default spec of a template's output type: the baseline every report compares with.
+pub fn default_spec(space: &Space) -> KernelSpec {
+    KernelSpec::preb().out_dtype(space.out_dtype)
+}
+
+/// Whether `spec` is worth evaluating on `shape`: with `prune_tall_tiles`, a spec whose BM is
+/// taller than the shortest BM of the space that covers M in one tile computes only padding
+/// rows, and is skipped (the default spec never is).
+pub fn worth(space: &Space, spec: &KernelSpec, shape: &Shape) -> bool {
+    if !space.prune_tall_tiles || spec.cache_key() == default_spec(space).cache_key() {
+        return true;
+    }
+    match space.bm.iter().copied().filter(|&b| b >= shape.m).min() {
+        Some(cover) => spec.bm <= cover,
+        None => true,
+    }
+}

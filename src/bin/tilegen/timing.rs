@@ -1,0 +1,208 @@
+//! The MI355X timing model on the command line: `tilegen emu time`, and the `--timing` of
+//! `emu run` and `gemm`.
+//!
+//! A prediction runs the kernel's real code on the emulator's timing model. Buffers the model
+//! does not need the contents of are zero memory allocated lazily (`zero:BYTES`, and the
+//! outputs), so a full-size launch fits in host memory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use tilegen::codeobj::CodeObject;
+use tilegen::emu::exec::{DeviceMemory, Program};
+use tilegen::emu::timing::{
+    self, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+};
+use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};
+use tilegen_output::Output;
+
+/// How the model runs (shared by every command that predicts a time).
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Timing parameters that override the built-in MI355X table (a TOML file with the
+    /// layout of the model's params.toml; every entry names its source).
+    #[arg(long, value_name = "FILE")]
+    pub params: Option<PathBuf>,
+    /// Simulate every workgroup on every CU instead of one sampled round of one XCD (slow on
+    /// large grids; the sampled method is within about 10% of it).
+    #[arg(long)]
+    pub full_simulation: bool,
+    /// Write a Chrome/Perfetto trace (JSON trace events; open in ui.perfetto.dev) of one CU's
+    /// waves over the first cycles of the run.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Cycles the trace covers.
+    #[arg(long, default_value_t = 20_000, value_name = "CYCLES")]
+    pub trace_cycles: u64,
+}
+
+/// One buffer or scalar of a launch to time.
+#[derive(Debug, Clone)]
+pub enum TimedArg {
+    /// A buffer holding these bytes.
+    Bytes(Vec<u8>),
+    /// A zeroed buffer of this many bytes, allocated lazily.
+    Zero(u64),
+    /// A scalar (or null pointer).
+    Value(ArgValue),
+}
+
+impl ModelArgs {
+    /// Checks the outputs before any work (the trace file).
+    pub fn check(&self) -> Result<Option<Output>> {
+        self.trace
+            .as_deref()
+            .map(|p| Output::check(p).with_context(|| format!("--trace {}", p.display())))
+            .transpose()
+    }
+
+    fn params(&self) -> Result<Params> {
+        match &self.params {
+            Some(p) => Params::from_file(p).with_context(|| format!("--params {}", p.display())),
+            None => Ok(Params::mi355x()),
+        }
+    }
+
+    fn options(&self) -> TimingOptions {
+        TimingOptions {
+            trace: self.trace.as_ref().map(|_| TraceOptions {
+                cycles: self.trace_cycles,
+            }),
+            method: if self.full_simulation {
+                Method::Full
+            } else {
+                Method::Rounds
+            },
+            ..TimingOptions::default()
+        }
+    }
+}
+
+/// Allocates `args` in the model's memory: their explicit argument values.
+pub fn materialize(memory: &mut DeviceMemory, args: &[TimedArg]) -> Result<Vec<ArgValue>> {
+    args.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            Ok(match a {
+                TimedArg::Bytes(b) => {
+                    ArgValue::Ptr(DevicePtr(memory.upload(b).with_context(|| {
+                        format!("argument {i}: a {}-byte buffer", b.len())
+                    })?))
+                }
+                TimedArg::Zero(n) => ArgValue::Ptr(lazy_zero(memory, *n)?),
+                TimedArg::Value(v) => v.clone(),
+            })
+        })
+        .collect()
+}
+
+/// A zeroed buffer of `bytes` that takes host memory only where the kernel writes.
+pub fn lazy_zero(memory: &mut DeviceMemory, bytes: u64) -> Result<DevicePtr> {
+    Ok(DevicePtr(memory.alloc_lazy(bytes).with_context(|| {
+        format!("a lazily zeroed {bytes}-byte buffer")
+    })?))
+}
+
+/// Predicts the MI355X time of `kernel` of `code_object` launched as `config`; `args` makes
+/// its explicit arguments (in metadata order) in the model's memory. Writes the trace if asked.
+pub fn predict(
+    code_object: &[u8],
+    kernel: &str,
+    config: &LaunchConfig,
+    model: &ModelArgs,
+    trace_out: Option<Output>,
+    args: impl FnOnce(&mut DeviceMemory) -> Result<Vec<ArgValue>>,
+) -> Result<Prediction> {
+    let co = CodeObject::parse(code_object).context("reading the code object")?;
+    let meta = co
+        .kernel(kernel)
+        .with_context(|| format!("the code object has no kernel {kernel}"))?;
+    let params = model.params()?;
+    let mut memory = DeviceMemory::new();
+    let program =
+        Program::load(&mut memory, &co, kernel).context("loading the kernel for the model")?;
+    let values = args(&mut memory)?;
+    let segment =
+        kernargs::build(meta, config, &values).context("building the kernel arguments")?;
+    let launch = TimingLaunch {
+        grid: config.grid,
+        block: config.block,
+        dynamic_lds: config.dynamic_lds,
+        kernarg: &segment,
+    };
+    let prediction = timing::predict(&mut memory, &program, &launch, &params, &model.options())
+        .context("the timing model")?;
+    if let (Some(out), Some(trace)) = (trace_out, prediction.trace.as_ref()) {
+        let mut file = out.create()?;
+        timing::write_trace(trace, &mut file).context("writing the trace")?;
+        file.commit()?;
+    }
+    Ok(prediction)
+}
+
+/// The prediction for a person: time, clock, MFMA busy, HBM bandwidth, the bound and the
+/// per-SIMD stall breakdown.
+pub fn describe(p: &Prediction, w: &mut impl Write) -> Result<()> {
+    writeln!(
+        w,
+        "predicted MI355X time: {:.2} us ({:.2} us launch) at {:.2} GHz, {} cycles",
+        p.us, p.launch_us, p.clock_ghz, p.cycles
+    )?;
+    writeln!(
+        w,
+        "MFMA busy {:.1}%, HBM {:.0} GB/s, bound: {}",
+        100.0 * p.mfma_busy,
+        p.hbm_gbs,
+        serde_json::to_value(p.bound)?.as_str().unwrap_or("?")
+    )?;
+    writeln!(
+        w,
+        "occupancy: {} waves per SIMD, {} workgroups per CU (limited by {}); {} of {} workgroups simulated ({})",
+        p.occupancy.waves_per_simd,
+        p.occupancy.workgroups_per_cu,
+        serde_json::to_value(p.occupancy.limiter)?
+            .as_str()
+            .unwrap_or("?"),
+        p.workgroups_simulated,
+        p.workgroups_total,
+        p.method_detail
+    )?;
+    writeln!(w, "per-SIMD cycles (simulated CUs, summed):")?;
+    let reasons = serde_json::to_value(&p.stalls)?;
+    if let Some(simds) = reasons.as_array() {
+        for s in simds {
+            let cycles = &s["cycles"];
+            let mut parts: Vec<(String, u64)> = cycles
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                        .filter(|(_, v)| *v > 0)
+                        .collect()
+                })
+                .unwrap_or_default();
+            parts.sort_by(|a, b| b.1.cmp(&a.1));
+            let total: u64 = parts.iter().map(|p| p.1).sum::<u64>().max(1);
+            let text: Vec<String> = parts
+                .iter()
+                .map(|(k, v)| format!("{k} {:.1}%", 100.0 * *v as f64 / total as f64))
+                .collect();
+            writeln!(w, "  SIMD {}: {}", s["simd"], text.join(", "))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads an `in:`/`inout:` file for the model.
+pub fn read_input(path: &Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.is_empty() {
+        bail!(
+            "{} is empty: a buffer needs at least one byte",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,302 @@
+//! `tilegen moe` end to end through the binary: a small layer with random weights, the same
+//! layer from a gpt-oss-layout safetensors file after `tilegen preshuffle` (K padded), the
+//! timing model, and refusals.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use safetensors::tensor::{Dtype, TensorView};
+use tilegen::mx::MxMatrix;
+
+fn tilegen() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tilegen"))
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A small layer on the command line: sizes that need padding (480 -> 512).
+const SMALL: [&str; 10] = [
+    "--experts",
+    "6",
+    "--topk",
+    "2",
+    "--hidden",
+    "480",
+    "--inter",
+    "448",
+    "--tokens",
+    "5",
+];
+
+#[test]
+fn random_layer_runs_checks_and_times() {
+    let out = tilegen()
+        .args(["moe", "--model", "gpt-oss-20b", "--json", "--timing"])
+        .args(SMALL)
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["padded"]["hidden"], 512);
+    assert_eq!(v["run"]["check"]["stage1"]["violations"], 0);
+    assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 1000, "{v}");
+    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 2);
+    let t = &v["timing"];
+    assert!(t["total_us"].as_f64().unwrap() > 0.0, "{t}");
+    assert_eq!(t["kernels"].as_array().unwrap().len(), 2);
+    // DeepSeek's activation and router, the sorted reduce (a third kernel), other tiles.
+    let out = tilegen()
+        .args([
+            "moe",
+            "--model",
+            "deepseek-v3",
+            "--json",
+            "--combine",
+            "sorted-reduce",
+        ])
+        .args([
+            "--block-m",
+            "16",
+            "--bn",
+            "256",
+            "--down-bn",
+            "64",
+            "--wn",
+            "32",
+        ])
+        .args(["--bk-elems", "256"])
+        .args([
+            "--experts",
+            "16",
+            "--topk",
+            "4",
+            "--hidden",
+            "512",
+            "--inter",
+            "256",
+        ])
+        .args(["--tokens", "3"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 3);
+    assert_eq!(v["spec"]["activation"], "silu-mul");
+}
+
+fn write(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::U8, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, Some(HashMap::new()), path).unwrap();
+}
+
+/// A gpt-oss-layout layer: `[E, N, K/32, 16]` blocks and `[E, N, K/32]` scales, K = hidden or
+/// intermediate, unpadded. `zero_down` writes a down projection of zeros.
+fn gpt_oss_file(path: &Path, experts: usize, hidden: usize, inter: usize, zero_down: bool) {
+    let mut tensors = Vec::new();
+    for (name, n, k) in [
+        ("model.layers.0.mlp.experts.gate_up_proj", 2 * inter, hidden),
+        ("model.layers.0.mlp.experts.down_proj", hidden, inter),
+    ] {
+        let (mut blocks, mut scales) = (Vec::new(), Vec::new());
+        for e in 0..experts {
+            let m = MxMatrix::random(n, k, (e * 31 + n) as u64).unwrap();
+            if zero_down && name.ends_with("down_proj") {
+                blocks.extend(std::iter::repeat_n(0u8, m.data().len()));
+            } else {
+                blocks.extend_from_slice(m.data());
+            }
+            // Scales near 2^-6, as a trained layer's.
+            scales.extend(m.scales().iter().map(|&s| s - 6));
+        }
+        tensors.push((
+            format!("{name}_blocks"),
+            vec![experts, n, k / 32, 16],
+            blocks,
+        ));
+        tensors.push((format!("{name}_scales"), vec![experts, n, k / 32], scales));
+    }
+    write(path, &tensors);
+}
+
+#[test]
+fn weights_from_a_preshuffled_gpt_oss_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("layer.safetensors");
+    let pre = dir.path().join("layer.pre.safetensors");
+    gpt_oss_file(&raw, 4, 480, 288, false);
+    let run = |weights: &Path| {
+        tilegen()
+            .args([
+                "moe",
+                "--model",
+                "gpt-oss-20b",
+                "--json",
+                "--topk",
+                "2",
+                "--tokens",
+                "6",
+            ])
+            .arg("--weights")
+            .arg(weights)
+            .output()
+            .unwrap()
+    };
+    // An unpreshuffled file is refused with the reason.
+    let out = run(&raw);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not preshuffled"), "{err}");
+    let st = tilegen()
+        .arg("preshuffle")
+        .arg(&raw)
+        .arg("-o")
+        .arg(&pre)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let v = json(&run(&pre));
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    // Sizes come from the file: K = 480 and 288 pad to 512.
+    assert_eq!(v["shape"]["experts"], 4);
+    assert_eq!(v["shape"]["hidden"], 480);
+    assert_eq!(v["shape"]["inter"], 288);
+    assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 1000);
+    // The file's weights are the ones used: a zero down projection gives a zero layer.
+    let raw0 = dir.path().join("zero.safetensors");
+    let pre0 = dir.path().join("zero.pre.safetensors");
+    gpt_oss_file(&raw0, 4, 480, 288, true);
+    let st = tilegen()
+        .arg("preshuffle")
+        .arg(&raw0)
+        .arg("-o")
+        .arg(&pre0)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let v = json(&run(&pre0));
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["run"]["nonzero_outputs"], 0, "{v}");
+    // Sizes given with --weights are refused: they come from the file.
+    let out = tilegen()
+        .args([
+            "moe",
+            "--model",
+            "gpt-oss-20b",
+            "--tokens",
+            "2",
+            "--hidden",
+            "512",
+        ])
+        .arg("--weights")
+        .arg(&pre)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn refusals_name_the_rule() {
+    let fails = |args: &[&str], needle: &str| {
+        let out = tilegen().arg("moe").args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    };
+    fails(&["--model", "gpt-oss-20b", "--tokens", "0"], "--tokens");
+    fails(
+        &["--model", "gpt-oss-20b", "--tokens", "2", "--experts", "3"],
+        "topk",
+    );
+    fails(
+        &["--model", "gpt-oss-20b", "--tokens", "2", "--bn", "96"],
+        "multiple of 64",
+    );
+    fails(
+        &[
+            "--model",
+            "gpt-oss-20b",
+            "--tokens",
+            "2",
+            "--hidden",
+            "1000",
+        ],
+        "multiple of 32",
+    );
+    fails(
+        &[
+            "--model",
+            "gpt-oss-20b",
+            "--tokens",
+            "2",
+            "--bk-elems",
+            "2048",
+        ],
+        "bk_elems",
+    );
+    fails(
+        &[
+            "--model",
+            "gpt-oss-20b",
+            "--tokens",
+            "2",
+            "--weights",
+            "/nonexistent.safetensors",
+        ],
+        "nonexistent",
+    );
+}
+
+/// The models' real sizes, in CI's budget: gpt-oss-20b (32 experts, hidden and intermediate
+/// 2880 padded to 3072) at one token, and DeepSeek-V3's hidden 7168 and intermediate 2048 with
+/// 8 of its 256 experts at one token (all 8 picked: 8 blocks of one row).
+#[test]
+fn real_model_sizes() {
+    let out = tilegen()
+        .args(["moe", "--model", "gpt-oss-20b", "--tokens", "1", "--json"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["padded"]["hidden"], 3072);
+    assert_eq!(v["run"]["blocks"], 4);
+    assert_eq!(v["run"]["launches"][0]["grid"][0], 48);
+    let out = tilegen()
+        .args([
+            "moe",
+            "--model",
+            "deepseek-v3",
+            "--tokens",
+            "1",
+            "--experts",
+            "8",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["shape"]["hidden"], 7168);
+    assert_eq!(v["run"]["blocks"], 8);
+    assert_eq!(v["spec"]["activation"], "silu-mul");
+}

@@ -1,0 +1,144 @@
+//! The timing model on the command line: `tilegen emu time`, `emu run --timing` and `gemm
+//! --timing` / `--timing-only`, through the binary.
+
+use std::process::{Command, Output};
+
+fn tilegen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tilegen"))
+        .args(args)
+        .output()
+        .expect("run tilegen")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// `gemm --timing-only --json` at a full-size shape: the modeled time and its parts.
+fn modeled(m: &str, n: &str, k: &str) -> serde_json::Value {
+    json(&tilegen(&[
+        "gemm",
+        "--m",
+        m,
+        "--n",
+        n,
+        "--k",
+        k,
+        "--timing-only",
+        "--json",
+    ]))["timing"]
+        .clone()
+}
+
+#[test]
+fn full_size_gemm_is_modeled_without_running_it() {
+    // 8192^3 needs 100 MB of inputs the model never materializes.
+    let t = modeled("8192", "8192", "8192");
+    let us = t["us"].as_f64().unwrap();
+    assert!(us > 0.0, "{t}");
+    let busy = t["mfma_busy"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "{t}");
+    assert!(t["hbm_gbs"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["bound"].is_string(), "{t}");
+    assert!(t["workgroups_simulated"].as_u64() < t["workgroups_total"].as_u64());
+    // Twice the K is never faster.
+    let longer = modeled("8192", "8192", "16384");
+    assert!(longer["us"].as_f64().unwrap() >= us, "{t}\n{longer}");
+}
+
+#[test]
+fn emu_time_takes_zero_buffers_and_writes_a_perfetto_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let hsaco = dir.path().join("k.hsaco");
+    let built = tilegen(&["build", "-o", hsaco.to_str().unwrap()]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let trace = dir.path().join("trace.json");
+    // The default spec (BM 64, BN 128): a 512 x 1024 x 2048 problem.
+    let (m, n, k) = (512u64, 1024u64, 2048u64);
+    let zero = |bytes: u64| format!("zero:{bytes}");
+    let args = [
+        zero(m * n * 2),
+        zero(m * k / 2),
+        zero(n * k / 2),
+        zero(m * k / 32),
+        zero(n * k / 32),
+        format!("i32:{m}"),
+        format!("i32:{n}"),
+        format!("i32:{k}"),
+    ];
+    let grid = format!("{},{}", n / 128, m / 64);
+    let mut cmd = vec![
+        "emu",
+        "time",
+        hsaco.to_str().unwrap(),
+        "--grid",
+        &grid,
+        "--block",
+        "128",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-cycles",
+        "5000",
+        "--json",
+    ];
+    for a in &args {
+        cmd.push("--arg");
+        cmd.push(a);
+    }
+    let p = json(&tilegen(&cmd));
+    for key in ["us", "mfma_busy", "hbm_gbs", "bound", "stalls", "clock_ghz"] {
+        assert!(!p[key].is_null(), "{key} missing: {p}");
+    }
+    let t: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("trace JSON");
+    let events = t["traceEvents"]
+        .as_array()
+        .or_else(|| t.as_array())
+        .expect("trace events");
+    // Complete slices ("X") on wave tracks, within the cycles asked for.
+    let slices: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(!slices.is_empty());
+    assert!(
+        slices.iter().all(|e| e["ts"].as_f64().unwrap() <= 5000.0),
+        "a slice past the traced cycles"
+    );
+}
+
+#[test]
+fn model_flags_without_timing_are_refused() {
+    let out = tilegen(&[
+        "gemm",
+        "--m",
+        "64",
+        "--n",
+        "128",
+        "--k",
+        "512",
+        "--trace",
+        "/tmp/never-written.json",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--timing"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tilegen(&[
+        "emu", "time", "x.hsaco", "--grid", "1", "--block", "64", "--arg", "zero:0",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least one byte"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
