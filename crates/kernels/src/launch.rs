@@ -251,7 +251,12 @@ pub struct GemmBufferSizes {
 
 impl CompiledKernel {
     /// The buffer sizes of an `m x n x k` problem (checked against the kernel's rules).
-    pub fn buffer_sizes(&self, m: usize, n: usize, k: usize) -> Result<GemmBufferSizes, LaunchError> {
+    pub fn buffer_sizes(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<GemmBufferSizes, LaunchError> {
         check_problem(m, n, k, self.spec.out_dtype.bytes() as usize)?;
         let (sfa, sfb) = match self.spec.variant {
             Variant::Lds => (m * k / 32, n * k / 32),

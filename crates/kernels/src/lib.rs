@@ -15,9 +15,9 @@ pub mod gemm;
 mod launch;
 mod lds;
 pub mod loader;
+pub mod mma;
 pub mod moe;
 pub mod paged;
-pub mod mma;
 mod preb;
 mod spec;
 

@@ -568,8 +568,8 @@ fn predict_args(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let bytes = std::fs::read(code_object)
-        .with_context(|| format!("reading {}", code_object.display()))?;
+    let bytes =
+        std::fs::read(code_object).with_context(|| format!("reading {}", code_object.display()))?;
     crate::timing::predict(&bytes, kernel, config, model, trace_out, |memory| {
         crate::timing::materialize(memory, &timed)
     })
@@ -588,11 +588,21 @@ fn time(a: TimeArgs) -> Result<()> {
         block: a.block,
         dynamic_lds: a.dynamic_lds,
     };
-    let p = predict_args(&a.code_object, &kernel, &config, &a.args, &a.model, trace_out)?;
+    let p = predict_args(
+        &a.code_object,
+        &kernel,
+        &config,
+        &a.args,
+        &a.model,
+        trace_out,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
-        println!("{kernel} on a {:?} grid of {:?} work-items", a.grid, a.block);
+        println!(
+            "{kernel} on a {:?} grid of {:?} work-items",
+            a.grid, a.block
+        );
         crate::timing::describe(&p, &mut std::io::stdout())?;
         if let Some(t) = &a.model.trace {
             println!("wrote the trace {}", t.display());

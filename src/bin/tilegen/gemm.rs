@@ -64,7 +64,9 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .as_deref()
         .map(|dir| crate::pack::gemm_kernel(dir, &a.spec, a.m, a.n, a.k))
         .transpose()?;
-    let spec = packed.as_ref().map_or_else(|| a.spec.spec(), |k| k.spec().clone());
+    let spec = packed
+        .as_ref()
+        .map_or_else(|| a.spec.spec(), |k| k.spec().clone());
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;

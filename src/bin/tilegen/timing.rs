@@ -183,7 +183,7 @@ pub fn describe(p: &Prediction, w: &mut impl Write) -> Result<()> {
                         .collect()
                 })
                 .unwrap_or_default();
-            parts.sort_by(|a, b| b.1.cmp(&a.1));
+            parts.sort_by_key(|p| std::cmp::Reverse(p.1));
             let total: u64 = parts.iter().map(|p| p.1).sum::<u64>().max(1);
             let text: Vec<String> = parts
                 .iter()
