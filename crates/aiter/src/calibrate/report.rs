@@ -335,13 +335,8 @@ impl Evaluation {
         );
         let _ = writeln!(
             s,
-            "  {:<12} {:<16} {:>5} {:>17} {:>17}  {}",
-            "set",
-            "group",
-            "rows",
-            ca.name,
-            cb.name,
-            format!("{} better", cb.name)
+            "  {:<12} {:<16} {:>5} {:>17} {:>17}  {} better",
+            "set", "group", "rows", ca.name, cb.name, cb.name
         );
         for g in self.groups(b) {
             let mut ea = Vec::new();
