@@ -81,17 +81,28 @@ fn the_model_is_monotonic_in_k_within_budget_and_mfma_bound_at_the_largest_shape
     // (the longest are timed by extrapolating two shorter simulations).
     for (tile, m, n, ks) in [
         ("32x128", 1, 8192, &[1024, 2048, 3584, 28672][..]),
-        ("160x256", 1152, 8192, &[1024, 2048, 3584, 7168, 8192, 28672][..]),
+        (
+            "160x256",
+            1152,
+            8192,
+            &[1024, 2048, 3584, 7168, 8192, 28672][..],
+        ),
     ] {
         let mut last = 0.0;
         for &k in ks {
             let us = run(row(&rows, tile, m, n, k)).us;
-            assert!(us >= last, "{tile} {m}x{n}: K = {k} takes {us} us, less than {last}");
+            assert!(
+                us >= last,
+                "{tile} {m}x{n}: K = {k} takes {us} us, less than {last}"
+            );
             last = us;
         }
     }
     // The largest shapes of the two large-tile kernels keep the matrix cores busy.
-    for (tile, m, n, k) in [("128x512", 32768, 10240, 8192), ("160x256", 3200, 16384, 26624)] {
+    for (tile, m, n, k) in [
+        ("128x512", 32768, 10240, 8192),
+        ("160x256", 3200, 16384, 26624),
+    ] {
         let p = run(row(&rows, tile, m, n, k));
         assert_eq!(p.bound, Bound::Mfma, "{tile} {m}x{n}x{k}: {p:?}");
     }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tilegen_aiter::calibrate::{
-    CalibrationRow, Evaluation, KExtrapolation, ModelRun, Predictor, Roofline, Set, TimingModel, calibration_rows,
-    fit,
+    CalibrationRow, Evaluation, KExtrapolation, ModelRun, Predictor, Roofline, Set, TimingModel,
+    calibration_rows, fit,
 };
 use tilegen_aiter::{Corpus, default_dir};
 use tilegen_emu::timing::Params;
@@ -22,6 +22,7 @@ const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params
     --corpus DIR   the AITER corpus (default: $TILEGEN_AITER_DIR or <workspace>/target/aiter)\n  \
     --params FILE  timing parameters overriding the model's params.toml\n  \
     --set S        rows to run: all (default) or calibration (model development never looks at held-out rows)\n  \
+    --cpu-only     run the model on every row and report only its CPU time and failures (no errors)\n  \
     --fit          fit the timing model's free parameters on the calibration rows, write DIR/fitted-params.toml\n  \
     --update FILE  with --fit: also write the fitted entries into FILE (the model's params.toml)\n  \
     --no-model     the roofline only\n  \
@@ -60,6 +61,7 @@ struct Args {
     full_k: bool,
     k_steps: Option<(u32, u32)>,
     update: Option<PathBuf>,
+    cpu_only: bool,
 }
 
 fn parse() -> Result<Option<Args>, String> {
@@ -77,13 +79,11 @@ fn parse() -> Result<Option<Args>, String> {
         full_k: false,
         k_steps: None,
         update: None,
+        cpu_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
+        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
         match arg.as_str() {
             "--out" => a.out = value("--out")?.into(),
             "--corpus" => a.corpus = value("--corpus")?.into(),
@@ -94,6 +94,7 @@ fn parse() -> Result<Option<Args>, String> {
                 other => return Err(format!("--set takes all or calibration, not {other:?}")),
             },
             "--fit" => a.fit = true,
+            "--cpu-only" => a.cpu_only = true,
             "--update" => a.update = Some(value("--update")?.into()),
             "--no-model" => a.model = false,
             "--detail" => a.detail = true,
@@ -162,6 +163,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
     if let Some(line) = args.row {
         return one_row(&rows, line, params, args);
+    }
+    if args.cpu_only {
+        return cpu_only(&rows, params, args);
     }
     if args.fit {
         let cal: Vec<CalibrationRow> = rows
@@ -237,6 +241,42 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     written.push(path);
     for path in written {
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs the model on every row and reports its cost and its failures, nothing about its
+/// errors (so it may look at held-out rows while the model is being worked on).
+fn cpu_only(
+    rows: &[CalibrationRow],
+    params: Params,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use rayon::prelude::*;
+    let model = TimingModel::new(params).extrapolating(extrapolation(args));
+    let started = std::time::Instant::now();
+    let failures: Vec<String> = rows
+        .par_iter()
+        .filter_map(|r| {
+            model.run(r.row(), r.kernel()).err().map(|e| {
+                let t = r.row();
+                format!(
+                    "table line {} ({}x{}x{} on {}): {}",
+                    t.line(),
+                    t.m(),
+                    t.n(),
+                    t.k(),
+                    r.kernel().tile_label(),
+                    error_chain(&e)
+                )
+            })
+        })
+        .collect();
+    let wall = started.elapsed().as_secs_f64();
+    print!("{}", cpu_report(&model.take_runs(), rows, wall));
+    println!("{} rows failed", failures.len());
+    for f in failures {
+        println!("  {f}");
     }
     Ok(())
 }

@@ -5,12 +5,15 @@
 //! may fit parameters on the calibration rows only ([`Set::Calibration`]) and is judged on the
 //! held-out rows, whose kernels it never saw.
 //!
-//! A predictor is one [`Predictor`] impl. One that runs the kernel itself (the cycle-level
-//! timing model) gets the full launch of a row from [`describe_row`]: code object, symbol,
-//! grid, block, dynamic LDS, and an argument block bound to buffers it allocates by size.
+//! A predictor is one [`Predictor`] impl: the fitted tile-quantized [`Roofline`], and
+//! [`TimingModel`], the cycle-level MI355X model of `tilegen_emu::timing` run on each row's
+//! real launch ([`describe_row`]: code object, symbol, grid, block, dynamic LDS, and an
+//! argument block bound to lazily zeroed buffers of the row's sizes). [`fit`] is the documented
+//! procedure that fits the model's free parameters on the calibration rows only.
 //! [`Evaluation`] runs predictors over the rows (in parallel) and reports the absolute relative
 //! error `|predicted - measured| / measured`: median and p90 per set, per M range and per
-//! kernel, a CSV with every prediction and an SVG plot per predictor.
+//! kernel, the predictors side by side on the same rows, a CSV with every prediction and an
+//! SVG plot per predictor.
 
 pub mod fit;
 mod model;
@@ -19,8 +22,8 @@ mod roofline;
 
 use std::error::Error;
 
-pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange};
 pub use model::{KExtrapolation, ModelRun, TimingModel, thread_cpu_seconds};
+pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange};
 pub use roofline::{Roofline, RooflineTerms};
 
 use crate::corpus::Corpus;

@@ -18,10 +18,10 @@ use tilegen_emu::exec::{AllocError, DeviceMemory, Program};
 use tilegen_emu::timing::{self, Bound, Params, Prediction, TimingLaunch, TimingOptions};
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
-use crate::kernargs::{Field, K_STEP};
-use crate::launch::LaunchDescription;
 use crate::error::AiterError;
+use crate::kernargs::{Field, K_STEP};
 use crate::kernel::F4GemmKernel;
+use crate::launch::LaunchDescription;
 use crate::table::TableRow;
 
 /// What one row's simulation produced, beyond the time.

@@ -153,7 +153,10 @@ pub(crate) enum Dispatch {
 
 /// What one simulation produced.
 pub(crate) struct SimResult {
+    /// When the last workgroup ended.
     pub end: u64,
+    /// When, in addition, HBM had taken every byte queued for it.
+    pub drained: u64,
     pub finished: Vec<Finished>,
     pub stalls: Vec<[u64; REASONS]>,
     pub lds_busy: u64,
@@ -292,6 +295,7 @@ pub(crate) fn simulate(
     }
     Ok(SimResult {
         end,
+        drained: end.max(ctx.mem.hbm_drained().ceil() as u64),
         finished,
         stalls,
         lds_busy,

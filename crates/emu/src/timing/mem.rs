@@ -184,7 +184,9 @@ impl FifoCache {
     }
 }
 
-/// A FIFO bandwidth server: requests wait for the bytes queued before them.
+/// A FIFO bandwidth server: requests wait for the bytes queued before them. It also keeps
+/// its recent utilization (an exponentially weighted average of its busy time over a window),
+/// for latencies that grow with load before the queue itself does.
 #[derive(Clone, Debug)]
 pub(crate) struct Server {
     bytes_per_cycle: f64,
@@ -193,6 +195,10 @@ pub(crate) struct Server {
     pub bytes: u64,
     /// Cycles requests waited in the queue.
     pub waited: f64,
+    /// Busy cycles per cycle over the recent window, as of `load_at`.
+    load: f64,
+    load_at: f64,
+    window: f64,
 }
 
 impl Server {
@@ -202,16 +208,36 @@ impl Server {
             free_at: 0.0,
             bytes: 0,
             waited: 0.0,
+            load: 0.0,
+            load_at: 0.0,
+            window: 1.0,
         }
+    }
+
+    /// The server with its utilization averaged over `cycles`.
+    pub(crate) fn with_window(mut self, cycles: f64) -> Server {
+        self.window = cycles.max(1.0);
+        self
     }
 
     /// Serves `bytes` arriving at `t`; returns when the transfer ends.
     pub(crate) fn serve(&mut self, t: f64, bytes: u64) -> f64 {
         let start = self.free_at.max(t);
         self.waited += start - t;
-        self.free_at = start + bytes as f64 / self.bytes_per_cycle;
+        let busy = bytes as f64 / self.bytes_per_cycle;
+        self.free_at = start + busy;
         self.bytes += bytes;
+        if t > self.load_at {
+            self.load *= (-(t - self.load_at) / self.window).exp();
+            self.load_at = t;
+        }
+        self.load += busy / self.window;
         self.free_at
+    }
+
+    /// Recent utilization, 0 to 1.
+    pub(crate) fn utilization(&self) -> f64 {
+        self.load.min(1.0)
     }
 }
 
@@ -257,6 +283,7 @@ pub(crate) struct MemSystem {
     l2_lat: f64,
     mall_lat: f64,
     hbm_lat: f64,
+    hbm_loaded_lat: f64,
     store_ack: f64,
     pub report: MemoryReport,
     hbm_requests: u64,
@@ -305,11 +332,13 @@ impl MemSystem {
             channels,
             mall: FifoCache::new(((v.mall_bytes.get() * gpu_share) as u64 / line).max(1)),
             mall_srv: Server::new(per_cycle(v.mall_gbs.get()) * gpu_share),
-            hbm: Server::new(per_cycle(v.hbm_gbs.get()) * gpu_share),
+            hbm: Server::new(per_cycle(v.hbm_gbs.get()) * gpu_share)
+                .with_window(ns(v.hbm_load_window_ns.get())),
             l1_lat: v.l1_hit_latency_cycles.get(),
             l2_lat: v.l2_hit_latency_cycles.get(),
             mall_lat: ns(v.mall_latency_ns.get()),
             hbm_lat: ns(v.hbm_latency_ns.get()),
+            hbm_loaded_lat: ns(v.hbm_loaded_latency_ns.get()),
             store_ack: v.store_ack_latency_cycles.get(),
             report: MemoryReport::default(),
             hbm_requests: 0,
@@ -377,7 +406,10 @@ impl MemSystem {
                 }
                 None => {
                     let t4 = self.hbm_traffic(t3, bytes);
-                    let done = t4 + self.l2_lat + self.mall_lat + self.hbm_lat;
+                    // DRAM latency grows with its load before its queue does (bank and
+                    // bus turnaround conflicts): the loaded part scales with utilization.
+                    let hbm = self.hbm_lat + self.hbm_loaded_lat * self.hbm.utilization();
+                    let done = t4 + self.l2_lat + self.mall_lat + hbm;
                     self.mall.fill(line, done);
                     done
                 }
@@ -389,6 +421,11 @@ impl MemSystem {
             self.l1[cu].fill(slot, done);
         }
         done
+    }
+
+    /// When HBM has served every byte queued for it so far (the last write-back included).
+    pub(crate) fn hbm_drained(&self) -> f64 {
+        self.hbm.free_at
     }
 
     /// Notes a load instruction whose data took `cycles` from issue.
@@ -439,6 +476,21 @@ mod tests {
         let mut s = Cache::new(4 * 128, 128, 4);
         assert!(!s.access(0) && !s.access(4), "same set, one way each");
         assert!(!s.access(0), "line 4 evicted line 0");
+    }
+
+    #[test]
+    fn server_utilization_follows_the_recent_load() {
+        let mut s = Server::new(1.0).with_window(100.0);
+        assert_eq!(s.utilization(), 0.0);
+        // Half busy for a long time: 50 bytes every 100 cycles.
+        for i in 0..100 {
+            s.serve(i as f64 * 100.0, 50);
+        }
+        let u = s.utilization();
+        assert!((0.4..0.9).contains(&u), "{u}");
+        // Long idle: the load decays away.
+        s.serve(1e6, 1);
+        assert!(s.utilization() < 0.02, "{}", s.utilization());
     }
 
     #[test]

@@ -29,9 +29,12 @@
 //! round of resident workgroups on (up to [`TimingOptions::max_cus`] of) its CUs in full
 //! detail, with HBM and MALL bandwidth and MALL capacity scaled to the simulated CUs' share of
 //! the CUs active GPU-wide; the kernel time is `(rounds - 1) * T(first round) + T(last
-//! round)` (the last, partial round simulated on its own when it differs). Cross-XCD sharing
-//! in the MALL is not seen by the sample (each XCD's lines count as its own); the error of the
-//! method against a full simulation is measured by a test on mid-size grids.
+//! round)` (the last, partial round simulated on its own when it differs). The kernel ends
+//! when its last wave has ended and HBM has taken every byte queued for it (the write-back of
+//! the results the last round stored, in the final round only: earlier rounds' traffic
+//! overlaps the next round). Cross-XCD sharing in the MALL is not seen by the sample (each
+//! XCD's lines count as its own); the error of the method against a full simulation is
+//! measured by a test on mid-size grids.
 //!
 //! # What is approximate
 //! The parameters no document gives (the clock sustained under matrix load, launch overhead,
@@ -335,7 +338,7 @@ fn run(
                 dispatch,
                 trace,
             )?;
-            cycles = r.end;
+            cycles = r.drained;
             rounds = total_wgs.div_ceil(xcds).div_ceil(cpx * cap);
             detail = format!(
                 "full simulation of all {total_wgs} workgroups on {gpu_cus} CUs with dynamic dispatch"
@@ -388,21 +391,21 @@ fn run(
             let t0 = r0.end;
             let n_last = n0 - (rounds - 1) * per_round;
             if rounds == 1 {
-                cycles = t0;
+                cycles = r0.drained;
                 detail = format!(
                     "one round: {n_first} workgroups of XCD 0 on {sim_cus} of its {cpx} CUs simulated ({} workgroups per CU); the other XCDs run theirs in parallel",
                     cap
                 );
                 sims.push((r0, s0, 1.0));
             } else if n_last == per_round {
-                cycles = t0 * rounds;
+                cycles = t0 * (rounds - 1) + r0.drained;
                 detail = format!(
                     "{rounds} full rounds of {per_round} workgroups on XCD 0; round 1 ({n_first} workgroups on {sim_cus} CUs) simulated, time x {rounds}"
                 );
                 sims.push((r0, s0, rounds as f64));
             } else {
                 let (rl, sl, n_l) = round(rounds - 1, None)?;
-                cycles = t0 * (rounds - 1) + rl.end;
+                cycles = t0 * (rounds - 1) + rl.drained;
                 detail = format!(
                     "{rounds} rounds on XCD 0: round 1 ({n_first} workgroups on {sim_cus} CUs) simulated, x {}; the last partial round ({n_l} workgroups) simulated on its own",
                     rounds - 1

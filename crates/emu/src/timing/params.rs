@@ -198,8 +198,12 @@ pub struct VmemParams {
     pub mall_latency_ns: Param,
     /// HBM bandwidth (GB/s, whole GPU).
     pub hbm_gbs: Param,
-    /// Latency an HBM access adds beyond the MALL (ns).
+    /// Latency an HBM access adds beyond the MALL, unloaded (ns).
     pub hbm_latency_ns: Param,
+    /// Latency HBM adds on top at full utilization (ns; scaled by the recent utilization).
+    pub hbm_loaded_latency_ns: Param,
+    /// Window of the utilization average behind the loaded latency (ns).
+    pub hbm_load_window_ns: Param,
     /// Clocks from a store's L2 arrival to its acknowledgement (vmcnt decrement).
     pub store_ack_latency_cycles: Param,
 }
@@ -359,6 +363,11 @@ impl Params {
                 &self.vmem.l1_hit_latency_cycles,
             ),
             ("vmem.hbm_latency_ns", &self.vmem.hbm_latency_ns),
+            (
+                "vmem.hbm_loaded_latency_ns",
+                &self.vmem.hbm_loaded_latency_ns,
+            ),
+            ("vmem.hbm_load_window_ns", &self.vmem.hbm_load_window_ns),
         ] {
             if !(p.value.is_finite() && p.value >= 0.0) {
                 return Err(ParamsError::Invalid {
