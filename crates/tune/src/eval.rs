@@ -122,6 +122,30 @@ impl ModelEvaluator {
         kernel: &CompiledKernel,
         shape: &Shape,
     ) -> Result<Measurement, EvalError> {
+        let p = self.predict(kernel, shape)?;
+        Ok(Measurement {
+            us: p.us,
+            repeats: 1,
+            spread: 0.0,
+            detail: serde_json::json!({
+                "bound": p.bound,
+                "mfma_busy": p.mfma_busy,
+                "hbm_gbs": p.hbm_gbs,
+                "cycles": p.cycles,
+                "rounds": p.rounds,
+                "occupancy": p.occupancy,
+                "method": p.method,
+            }),
+        })
+    }
+
+    /// The model's whole prediction of `kernel` on `shape` (stalls, and the trace when the
+    /// options ask for one).
+    pub fn predict(
+        &self,
+        kernel: &CompiledKernel,
+        shape: &Shape,
+    ) -> Result<timing::Prediction, EvalError> {
         let sizes = sizes(kernel, shape)?;
         let co = CodeObject::parse(kernel.code_object())?;
         let kd = co
@@ -152,21 +176,13 @@ impl ModelEvaluator {
             dynamic_lds: config.dynamic_lds,
             kernarg: &kernarg,
         };
-        let p = timing::predict(&mut mem, &prog, &launch, &self.params, &self.options)?;
-        Ok(Measurement {
-            us: p.us,
-            repeats: 1,
-            spread: 0.0,
-            detail: serde_json::json!({
-                "bound": p.bound,
-                "mfma_busy": p.mfma_busy,
-                "hbm_gbs": p.hbm_gbs,
-                "cycles": p.cycles,
-                "rounds": p.rounds,
-                "occupancy": p.occupancy,
-                "method": p.method,
-            }),
-        })
+        Ok(timing::predict(
+            &mut mem,
+            &prog,
+            &launch,
+            &self.params,
+            &self.options,
+        )?)
     }
 }
 

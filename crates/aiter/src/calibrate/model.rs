@@ -19,7 +19,7 @@ use tilegen_emu::timing::{self, Bound, Params, Prediction, TimingLaunch, TimingO
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
 use crate::error::AiterError;
-use crate::kernargs::{Field, K_STEP};
+use crate::kernargs::{Field, GemmLaunch, GemmProblem, K_STEP};
 use crate::kernel::F4GemmKernel;
 use crate::launch::LaunchDescription;
 use crate::table::TableRow;
@@ -167,7 +167,26 @@ impl TimingModel {
         row: &TableRow,
         kernel: &F4GemmKernel,
     ) -> Result<(Prediction, f64), PredictError> {
-        let desc = describe_row(row, kernel)?;
+        self.run_described(&describe_row(row, kernel)?, kernel, row.line())
+    }
+
+    /// Simulates `kernel` on `problem`, a shape the table need not hold (comparisons with
+    /// tilegen's kernels on the same model); the run is recorded with line 0.
+    pub fn run_problem(
+        &self,
+        problem: GemmProblem,
+        kernel: &F4GemmKernel,
+    ) -> Result<(Prediction, f64), PredictError> {
+        let launch = GemmLaunch::new(kernel, problem).map_err(AiterError::from)?;
+        self.run_described(&LaunchDescription::new(&launch), kernel, 0)
+    }
+
+    fn run_described(
+        &self,
+        desc: &LaunchDescription,
+        kernel: &F4GemmKernel,
+        line: u64,
+    ) -> Result<(Prediction, f64), PredictError> {
         let mut worker = self
             .workers
             .lock()
@@ -180,14 +199,14 @@ impl TimingModel {
         let result = match self.extrapolation {
             Some(x) if steps > x.short_steps + x.long_steps => {
                 let k_of = |s: u32| (s * K_STEP) << log2_split;
-                let short = self.simulate(&mut worker, kernel, &desc, Some(k_of(x.short_steps)));
-                let long = self.simulate(&mut worker, kernel, &desc, Some(k_of(x.long_steps)));
+                let short = self.simulate(&mut worker, kernel, desc, Some(k_of(x.short_steps)));
+                let long = self.simulate(&mut worker, kernel, desc, Some(k_of(x.long_steps)));
                 match (short, long) {
                     (Ok(a), Ok(b)) => Ok(x.extrapolate(&a, &b, steps)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 }
             }
-            _ => self.simulate(&mut worker, kernel, &desc, None),
+            _ => self.simulate(&mut worker, kernel, desc, None),
         };
         let cpu = match (start.0, thread_cpu_seconds()) {
             (Some(a), Some(b)) => b - a,
@@ -201,7 +220,7 @@ impl TimingModel {
         self.runs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(ModelRun::of(row.line(), &p, cpu));
+            .push(ModelRun::of(line, &p, cpu));
         Ok((p, cpu))
     }
 
