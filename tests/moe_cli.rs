@@ -1,6 +1,7 @@
 //! `tilegen moe` end to end through the binary: a small layer with random weights, the same
-//! layer from a gpt-oss-layout safetensors file after `tilegen preshuffle` (K padded), the
-//! timing model, and refusals.
+//! layer from a gpt-oss-layout safetensors file after `tilegen preshuffle` (K padded, with and
+//! without expert biases), the timing model, Kimi-K2's real layer on lazily allocated weights,
+//! and refusals.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +46,8 @@ fn random_layer_runs_checks_and_times() {
         .unwrap();
     let v = json(&out);
     assert_eq!(v["run"]["passed"], true, "{v}");
+    // gpt-oss presets add (random) expert biases.
+    assert_eq!(v["bias"], true, "{v}");
     assert_eq!(v["padded"]["hidden"], 512);
     assert_eq!(v["run"]["check"]["stage1"]["violations"], 0);
     assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 1000, "{v}");
@@ -92,18 +95,40 @@ fn random_layer_runs_checks_and_times() {
     assert_eq!(v["spec"]["activation"], "silu-mul");
 }
 
-fn write(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) {
+fn write(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) {
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
-        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::U8, s.clone(), b).unwrap()))
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
         .collect();
     safetensors::serialize_to_file(views, Some(HashMap::new()), path).unwrap();
 }
 
 /// A gpt-oss-layout layer: `[E, N, K/32, 16]` blocks and `[E, N, K/32]` scales, K = hidden or
-/// intermediate, unpadded. `zero_down` writes a down projection of zeros.
-fn gpt_oss_file(path: &Path, experts: usize, hidden: usize, inter: usize, zero_down: bool) {
+/// intermediate, unpadded, and with `bias` the bf16 biases `[E, 2 inter]` and `[E, hidden]`.
+/// `zero_down` writes a down projection of zeros.
+fn gpt_oss_file(
+    path: &Path,
+    experts: usize,
+    hidden: usize,
+    inter: usize,
+    zero_down: bool,
+    bias: bool,
+) {
     let mut tensors = Vec::new();
+    if bias {
+        for (name, n) in [
+            ("model.layers.0.mlp.experts.gate_up_proj_bias", 2 * inter),
+            ("model.layers.0.mlp.experts.down_proj_bias", hidden),
+        ] {
+            let bytes = (0..experts * n)
+                .flat_map(|i| {
+                    let v = ((i * 37 % 101) as f32 / 50.0 - 1.0) * 0.5;
+                    half::bf16::from_f32(v).to_le_bytes()
+                })
+                .collect();
+            tensors.push((name.to_string(), Dtype::BF16, vec![experts, n], bytes));
+        }
+    }
     for (name, n, k) in [
         ("model.layers.0.mlp.experts.gate_up_proj", 2 * inter, hidden),
         ("model.layers.0.mlp.experts.down_proj", hidden, inter),
@@ -121,10 +146,16 @@ fn gpt_oss_file(path: &Path, experts: usize, hidden: usize, inter: usize, zero_d
         }
         tensors.push((
             format!("{name}_blocks"),
+            Dtype::U8,
             vec![experts, n, k / 32, 16],
             blocks,
         ));
-        tensors.push((format!("{name}_scales"), vec![experts, n, k / 32], scales));
+        tensors.push((
+            format!("{name}_scales"),
+            Dtype::U8,
+            vec![experts, n, k / 32],
+            scales,
+        ));
     }
     write(path, &tensors);
 }
@@ -134,7 +165,7 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     let dir = tempfile::tempdir().unwrap();
     let raw = dir.path().join("layer.safetensors");
     let pre = dir.path().join("layer.pre.safetensors");
-    gpt_oss_file(&raw, 4, 480, 288, false);
+    gpt_oss_file(&raw, 4, 480, 288, false, false);
     let run = |weights: &Path| {
         tilegen()
             .args([
@@ -171,6 +202,8 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     );
     let v = json(&run(&pre));
     assert_eq!(v["run"]["passed"], true, "{v}");
+    // A file without biases runs without them.
+    assert_eq!(v["bias"], false, "{v}");
     // Sizes come from the file: K = 480 and 288 pad to 512.
     assert_eq!(v["shape"]["experts"], 4);
     assert_eq!(v["shape"]["hidden"], 480);
@@ -179,7 +212,7 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     // The file's weights are the ones used: a zero down projection gives a zero layer.
     let raw0 = dir.path().join("zero.safetensors");
     let pre0 = dir.path().join("zero.pre.safetensors");
-    gpt_oss_file(&raw0, 4, 480, 288, true);
+    gpt_oss_file(&raw0, 4, 480, 288, true, false);
     let st = tilegen()
         .arg("preshuffle")
         .arg(&raw0)
@@ -195,6 +228,57 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     let v = json(&run(&pre0));
     assert_eq!(v["run"]["passed"], true, "{v}");
     assert_eq!(v["run"]["nonzero_outputs"], 0, "{v}");
+    // A file with biases: they are read and applied (a zero down projection now gives the
+    // down bias), or left off with --bias false; asking for them from a file without them
+    // is refused.
+    let raw_b = dir.path().join("bias.safetensors");
+    let pre_b = dir.path().join("bias.pre.safetensors");
+    gpt_oss_file(&raw_b, 4, 480, 288, true, true);
+    let st = tilegen()
+        .arg("preshuffle")
+        .arg(&raw_b)
+        .arg("-o")
+        .arg(&pre_b)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let v = json(&run(&pre_b));
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["bias"], true, "{v}");
+    assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 1000, "{v}");
+    let off = tilegen()
+        .args(["moe", "--model", "gpt-oss-20b", "--json", "--topk", "2"])
+        .args(["--tokens", "6", "--bias", "false", "--weights"])
+        .arg(&pre_b)
+        .output()
+        .unwrap();
+    let v = json(&off);
+    assert_eq!(v["bias"], false, "{v}");
+    assert_eq!(v["run"]["nonzero_outputs"], 0, "{v}");
+    let out = tilegen()
+        .args([
+            "moe",
+            "--model",
+            "gpt-oss-20b",
+            "--tokens",
+            "2",
+            "--bias",
+            "true",
+        ])
+        .arg("--weights")
+        .arg(&pre0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no expert biases"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Sizes given with --weights are refused: they come from the file.
     let out = tilegen()
         .args([
@@ -299,4 +383,23 @@ fn real_model_sizes() {
     assert_eq!(v["shape"]["hidden"], 7168);
     assert_eq!(v["run"]["blocks"], 8);
     assert_eq!(v["spec"]["activation"], "silu-mul");
+}
+
+/// Kimi-K2's layer at its real sizes: 384 experts of hidden 7168 and intermediate 2048 are 9 GB
+/// of grouped weights; they are allocated lazily and only the 8 experts one token routes to are
+/// written, so the run takes what those need. (16 tokens, 97 experts, run too: about 3 minutes
+/// on two cores, past a test's budget.)
+#[test]
+fn kimi_k2_runs_on_lazily_allocated_experts() {
+    let out = tilegen()
+        .args(["moe", "--model", "kimi-k2", "--tokens", "1", "--json"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["shape"]["experts"], 384);
+    assert_eq!(v["shape"]["hidden"], 7168);
+    assert_eq!(v["routing"]["experts_touched"], 8);
+    assert_eq!(v["bias"], false);
+    assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 7000, "{v}");
 }

@@ -52,7 +52,7 @@ fn the_model_is_monotonic_in_k_within_budget_and_mfma_bound_at_the_largest_shape
     let Some(corpus) = corpus() else { return };
     let rows = calibration_rows(&corpus).unwrap();
     let model = TimingModel::new(Params::mi355x());
-    let mut run = |r: &CalibrationRow| {
+    let run = |r: &CalibrationRow| {
         let (p, cpu) = model.run(r.row(), r.kernel()).unwrap();
         let t = r.row();
         eprintln!(

@@ -23,6 +23,18 @@ impl<'d> Buffer<'d> {
         })
     }
 
+    /// `len` zeroed bytes (at least one) from [`Device::alloc_lazy`]: for large buffers a
+    /// launch reads only in part.
+    pub fn new_lazy(device: &'d dyn Device, len: u64) -> Result<Buffer<'d>, RuntimeError> {
+        let ptr = device.alloc_lazy(len.max(1))?;
+        Ok(Buffer {
+            device,
+            ptr,
+            len,
+            live: true,
+        })
+    }
+
     /// A buffer holding `bytes` (freed again if the copy fails).
     pub fn upload(device: &'d dyn Device, bytes: &[u8]) -> Result<Buffer<'d>, RuntimeError> {
         let b = Buffer::new(device, bytes.len() as u64)?;

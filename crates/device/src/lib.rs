@@ -239,6 +239,12 @@ pub trait Device: Send + Sync {
     fn name(&self) -> String;
     /// Allocates `bytes` of device memory (zeroed).
     fn alloc(&self, bytes: u64) -> Result<DevicePtr, RuntimeError>;
+    /// Allocates `bytes` of zeroed device memory of which a launch may touch only a part (a
+    /// layer's grouped expert weights, of which a batch routes to a few): a device may back
+    /// it lazily, as it is written. By default an ordinary [`Device::alloc`].
+    fn alloc_lazy(&self, bytes: u64) -> Result<DevicePtr, RuntimeError> {
+        self.alloc(bytes)
+    }
     /// Frees an allocation.
     fn free(&self, ptr: DevicePtr) -> Result<(), RuntimeError>;
     /// Copies host bytes to device memory at `dst`.

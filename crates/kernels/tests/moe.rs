@@ -1,6 +1,7 @@
 //! The grouped MoE layer on the emulator against the CPU reference layer: both activations,
 //! both combines, several tiles, skewed routings (every token to one expert, experts without
-//! tokens, a block of one row), sizes that need padding, and the refusals.
+//! tokens, a block of one row), sizes that need padding, gpt-oss's expert biases, and the
+//! refusals.
 
 use rayon::prelude::*;
 use tilegen_kernels::KernelSpec;
@@ -8,10 +9,23 @@ use tilegen_kernels::moe::{
     Activation, Combine, DeviceWeights, MoeError, MoeLayer, MoeShape, MoeSpec, MoeSpecError,
     PreshuffledExpert, Routing, Scoring, route,
 };
-use tilegen_mx::moe::{ExpertWeights, MoeRefError, MoeReference, random_tokens};
+use tilegen_mx::MxMatrix;
+use tilegen_mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen_runtime::EmuDevice;
 
-/// Runs `layer` on `routing` and checks the three comparisons; returns a failure description.
+/// Random weights of expert `e`, with random biases for a spec that adds them.
+fn random_expert(spec: &MoeSpec, shape: &MoeShape, e: usize, seed: u64) -> ExpertWeights {
+    let w = ExpertWeights::random(shape, e, seed).unwrap();
+    if spec.has_bias() {
+        w.with_bias(shape, ExpertBias::random(shape, e, seed).unwrap())
+            .unwrap()
+    } else {
+        w
+    }
+}
+
+/// Runs `layer` on `routing` with random experts and checks the three comparisons; returns a
+/// failure description.
 fn check(
     layer: &MoeLayer,
     shape: &MoeShape,
@@ -19,15 +33,28 @@ fn check(
     routing: &Routing,
     seed: u64,
 ) -> Result<String, String> {
+    let make = |e| random_expert(layer.spec(), shape, e, seed);
+    check_with(layer, shape, tokens, routing, seed, &make).map(|(s, _)| s)
+}
+
+/// [`check`] with the experts `make` gives; also returns the run.
+fn check_with(
+    layer: &MoeLayer,
+    shape: &MoeShape,
+    tokens: usize,
+    routing: &Routing,
+    seed: u64,
+    make: &(dyn Fn(usize) -> ExpertWeights + Sync),
+) -> Result<(String, tilegen_kernels::moe::MoeRun), String> {
     let spec = layer.spec();
     let dev = EmuDevice::new();
     let experts: Vec<Option<ExpertWeights>> = {
         let counts = routing.counts();
         (0..shape.experts)
-            .map(|e| (counts[e] > 0).then(|| ExpertWeights::random(shape, e, seed).unwrap()))
+            .map(|e| (counts[e] > 0).then(|| make(e)))
             .collect()
     };
-    let weights = DeviceWeights::new(&dev, shape).map_err(|e| e.to_string())?;
+    let weights = DeviceWeights::new(&dev, shape, spec.has_bias()).map_err(|e| e.to_string())?;
     for (e, w) in experts.iter().enumerate() {
         if let Some(w) = w {
             let p = PreshuffledExpert::new(shape, w).unwrap();
@@ -72,7 +99,7 @@ fn check(
             s1.violations, s1.first_violation
         ));
     }
-    Ok(summary)
+    Ok((summary, run))
 }
 
 fn small() -> MoeShape {
@@ -140,6 +167,97 @@ fn activations_and_combines() {
         }
     }
     sweep(cases);
+}
+
+/// gpt-oss's expert biases with both activations and both combines, on a routing with several
+/// blocks per expert and padded sizes (the gate/up bias's padding, the down bias's last
+/// partial N tile).
+#[test]
+fn biases_with_both_activations() {
+    let shape = small();
+    let mut cases = Vec::new();
+    for act in [Activation::Swiglu, Activation::SiluMul] {
+        for (combine, tokens) in [(Combine::Atomic, 29), (Combine::SortedReduce, 7)] {
+            cases.push((
+                format!("{act:?} {combine:?} with biases, {tokens} tokens"),
+                MoeSpec::new(act).combine(combine).bias(true),
+                shape,
+                tokens,
+                random_routing(&shape, tokens, 90 + tokens as u64),
+            ));
+        }
+    }
+    // Another tile: 32x32 MFMAs (16 values a lane), BN = 256 and 64.
+    let tile = |bn: u32| {
+        KernelSpec::preb()
+            .bm(32)
+            .bn(bn)
+            .wn(64)
+            .bk_elems(256)
+            .mma(tilegen_kernels::MfmaShape::M32N32K64)
+    };
+    cases.push((
+        "Swiglu 32x32 MFMAs with biases".into(),
+        MoeSpec::new(Activation::Swiglu)
+            .gate_up(tile(256))
+            .down(tile(64))
+            .bias(true),
+        shape,
+        11,
+        random_routing(&shape, 11, 5),
+    ));
+    sweep(cases);
+}
+
+/// With zero weights the layer is its biases alone: a kernel that dropped the gate/up bias
+/// would give zero activations, one that dropped the down bias a zero output. With the sorted
+/// reduce the output is exactly `bf16(sum_k w_k b2[e_k])`.
+#[test]
+fn zero_weights_give_the_bias_path() {
+    let shape = small();
+    let zero = |rows: usize, k: usize| {
+        MxMatrix::from_parts(rows, k, vec![0; rows * k / 2], vec![127; rows * k / 32]).unwrap()
+    };
+    let make = |e: usize| {
+        ExpertWeights::from_logical(
+            &shape,
+            &zero(2 * shape.inter, shape.hidden),
+            &zero(shape.hidden, shape.inter),
+        )
+        .unwrap()
+        .with_bias(&shape, ExpertBias::random(&shape, e, 3).unwrap())
+        .unwrap()
+    };
+    let tokens = 9;
+    let routing = random_routing(&shape, tokens, 17);
+    for act in [Activation::Swiglu, Activation::SiluMul] {
+        let spec = MoeSpec::new(act).combine(Combine::SortedReduce).bias(true);
+        let layer = spec.build().unwrap();
+        let (_, run) = check_with(&layer, &shape, tokens, &routing, 1, &make)
+            .unwrap_or_else(|e| panic!("{act:?}: {e}"));
+        let nonzero_codes = run.activations.data().iter().filter(|&&b| b != 0).count();
+        assert!(
+            nonzero_codes > run.activations.data().len() / 4,
+            "{act:?}: {nonzero_codes} nonzero activation bytes"
+        );
+        let h = shape.hidden;
+        for t in 0..tokens {
+            for n in 0..h {
+                let want: f32 = (0..shape.topk)
+                    .map(|k| {
+                        let p = t * shape.topk + k;
+                        let b = make(routing.ids()[p] as usize).bias.unwrap();
+                        routing.weights()[p] * b.down[n].to_f32()
+                    })
+                    .sum();
+                assert_eq!(
+                    run.out[t * h + n],
+                    half::bf16::from_f32(want),
+                    "{act:?} token {t} column {n}"
+                );
+            }
+        }
+    }
 }
 
 /// Routings a random router rarely gives: every token to the same expert (several blocks of
@@ -267,7 +385,7 @@ fn refusals() {
     ));
     let layer = MoeSpec::new(Activation::Swiglu).build().unwrap();
     let dev = EmuDevice::new();
-    let weights = DeviceWeights::new(&dev, &shape).unwrap();
+    let weights = DeviceWeights::new(&dev, &shape, false).unwrap();
     let x = random_tokens(&shape, 4, 1).unwrap();
     // A routing over another number of experts.
     let r = Routing::new(9, 2, vec![0, 1, 2, 3, 4, 5, 6, 8], vec![0.5; 8]).unwrap();
@@ -298,7 +416,7 @@ fn refusals() {
         hidden: 224,
         ..shape
     };
-    let w2 = DeviceWeights::new(&dev, &odd).unwrap();
+    let w2 = DeviceWeights::new(&dev, &odd, false).unwrap();
     let x2 = random_tokens(&odd, 4, 1).unwrap();
     assert!(matches!(
         layer.run(&dev, &w2, &x2, &r),
@@ -307,6 +425,28 @@ fn refusals() {
     // An expert past the layer's.
     let p = PreshuffledExpert::new(&shape, &ExpertWeights::random(&shape, 0, 1).unwrap()).unwrap();
     assert!(matches!(weights.write(8, &p), Err(MoeError::Inputs(_))));
+    // Biases where the weights have none, and the other way round.
+    let b = ExpertBias::random(&shape, 0, 1).unwrap();
+    let pb = PreshuffledExpert::new(
+        &shape,
+        &ExpertWeights::random(&shape, 0, 1)
+            .unwrap()
+            .with_bias(&shape, b)
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(weights.write(0, &pb), Err(MoeError::Inputs(_))));
+    let wb = DeviceWeights::new(&dev, &shape, true).unwrap();
+    assert!(matches!(wb.write(0, &p), Err(MoeError::Inputs(_))));
+    let biased = MoeSpec::new(Activation::Swiglu).bias(true).build().unwrap();
+    assert!(matches!(
+        biased.run(&dev, &weights, &x, &r),
+        Err(MoeError::Inputs(_))
+    ));
+    assert!(matches!(
+        layer.run(&dev, &wb, &x, &r),
+        Err(MoeError::Inputs(_))
+    ));
     // And the run itself works once the inputs fit.
     assert!(layer.run(&dev, &weights, &x, &r).is_ok());
 }

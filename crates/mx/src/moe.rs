@@ -2,12 +2,14 @@
 //! points as the kernels, and the bounds that decide whether a device's result agrees with it.
 //!
 //! The layer, per (token `t`, slot `k`) pair routed to expert `e` with weight `w`:
-//! 1. `h = x[t] * W13[e]^T`: the MXFP4 token row times the expert's gate/up weight
+//! 1. `h = x[t] * W13[e]^T (+ b13[e])`: the MXFP4 token row times the expert's gate/up weight
 //!    (`[2 I, H]`, gate and up rows interleaved: gate of output `j` is row `2 j`, up is row
-//!    `2 j + 1`, as gpt-oss ships them);
+//!    `2 j + 1`, as gpt-oss ships them), plus the expert's gate/up bias where the layer has
+//!    one (gpt-oss's `gate_up_proj_bias`, bf16, interleaved like the rows), in f32;
 //! 2. `a_j = act(h[2 j], h[2 j + 1])` ([`Activation`]), quantized to MXFP4 per 32 outputs
 //!    (OCP rules, [`MxMatrix::quantize`]);
-//! 3. `y = a * W2[e]^T` (the down weight, `[H, I]`), and `out[t] = sum_k w_k * y_k` in bf16.
+//! 3. `y = a * W2[e]^T (+ b2[e])` (the down weight, `[H, I]`, and gpt-oss's `down_proj_bias`),
+//!    and `out[t] = sum_k w_k * y_k` in bf16.
 //!
 //! Sizes that are not multiples of 256 are padded with zeros to the next multiple, the way
 //! `tilegen preshuffle --pad-k` pads them: the hidden size (K of the first GEMM) and the
@@ -37,6 +39,10 @@
 //! `1.1 rho_g (|U| + rho_u) + (|F| + 1.1 rho_g) rho_u`; the device's evaluation adds a relative
 //! error of at most `(16 + 2 |x|) 2^-24`, `x` the sigmoid's argument (each rounding is 2^-24;
 //! the rounding of `x` moves `exp` by `|x| 2^-24` relative).
+//!
+//! A bias is added in f32 on both sides: `fl(h' + b)` and `fl(h + b)` with `|h' - h| <= rho`
+//! differ by at most `rho (1 + u) + 2 u |h + b|` (`u = 2^-24`, each sum rounded once), taken
+//! as `rho (1 + u) + 3 u |fl(h + b)|`, in both stages.
 
 use half::bf16;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -214,13 +220,67 @@ impl MoeShape {
 
 /// One expert's weights as the reference and the preshuffle read them, padded: the gate/up
 /// weight `[2 * inter_padded, hidden_padded]` (interleaved rows) and the down weight
-/// `[hidden, inter_padded]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `[hidden, inter_padded]`, and the biases of a layer that has them.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExpertWeights {
     /// Gate/up, `[2 * inter_padded, hidden_padded]`.
     pub gate_up: MxMatrix,
     /// Down, `[hidden, inter_padded]`.
     pub down: MxMatrix,
+    /// The biases (gpt-oss's), or none.
+    pub bias: Option<ExpertBias>,
+}
+
+/// One expert's biases, bf16 as gpt-oss stores them (`gate_up_proj_bias [E, 2 I]`,
+/// `down_proj_bias [E, H]`), padded like the weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertBias {
+    /// Added to the gate/up GEMM's outputs before the activation, `[2 * inter_padded]`,
+    /// interleaved like the weight's rows (gate of output `j` at `2 j`); padding is zero.
+    pub gate_up: Vec<bf16>,
+    /// Added to the down GEMM's outputs before the routing weight, `[hidden]`.
+    pub down: Vec<bf16>,
+}
+
+impl ExpertBias {
+    /// Pads logical biases (gate/up `[2 * inter]` interleaved, down `[hidden]`).
+    pub fn from_logical(
+        shape: &MoeShape,
+        gate_up: &[bf16],
+        down: &[bf16],
+    ) -> Result<ExpertBias, MoeRefError> {
+        shape.validate()?;
+        crate::quant::check_len("gate_up bias", 2 * shape.inter, gate_up.len())?;
+        crate::quant::check_len("down bias", shape.hidden, down.len())?;
+        // Padded outputs j >= inter are the last rows, as in the weight: zeros appended.
+        let mut g = gate_up.to_vec();
+        g.resize(shape.gate_up_rows(), bf16::ZERO);
+        Ok(ExpertBias {
+            gate_up: g,
+            down: down.to_vec(),
+        })
+    }
+
+    /// Deterministic random biases of expert `expert`, uniform in [-1, 1) (the size of the
+    /// pre-activations [`ExpertWeights::random`] gives).
+    pub fn random(shape: &MoeShape, expert: usize, seed: u64) -> Result<ExpertBias, MoeRefError> {
+        let s = seed ^ (expert as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xb1a5;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(s);
+        let mut draw = |n: usize| -> Vec<bf16> {
+            (0..n)
+                .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect()
+        };
+        let g = draw(2 * shape.inter);
+        let d = draw(shape.hidden);
+        ExpertBias::from_logical(shape, &g, &d)
+    }
+
+    /// Checks the padded lengths against the layer.
+    fn check(&self, shape: &MoeShape) -> Result<(), MxError> {
+        crate::quant::check_len("gate_up bias", shape.gate_up_rows(), self.gate_up.len())?;
+        crate::quant::check_len("down bias", shape.hidden, self.down.len())
+    }
 }
 
 /// Random FP4 codes with scale codes uniform in `center ± spread` (deterministic per seed).
@@ -314,6 +374,20 @@ impl ExpertWeights {
         Ok(ExpertWeights {
             gate_up: pad_mx(gate_up, shape.gate_up_rows(), shape.hidden_padded())?,
             down: pad_mx(down, shape.hidden, shape.inter_padded())?,
+            bias: None,
+        })
+    }
+
+    /// The same weights with biases (checked against the layer's padded sizes).
+    pub fn with_bias(
+        self,
+        shape: &MoeShape,
+        bias: ExpertBias,
+    ) -> Result<ExpertWeights, MoeRefError> {
+        bias.check(shape)?;
+        Ok(ExpertWeights {
+            bias: Some(bias),
+            ..self
         })
     }
 
@@ -358,7 +432,23 @@ fn check_expert(shape: &MoeShape, e: usize, w: &ExpertWeights) -> Result<(), Moe
             shape.inter_padded()
         )));
     }
+    if let Some(b) = &w.bias {
+        b.check(shape)
+            .map_err(|err| MoeRefError::Input(format!("expert {e}'s biases: {err}")))?;
+    }
     Ok(())
+}
+
+/// A GEMM output `c` (within `rho` of a device's) plus a bias in f32, and the radius of the
+/// sum (see the module docs); no bias leaves both as they are.
+fn add_bias(c: f32, rho: f64, bias: Option<bf16>) -> (f32, f64) {
+    match bias {
+        None => (c, rho),
+        Some(b) => {
+            let h = c + b.to_f32();
+            (h, rho * (1.0 + U32) + 3.0 * U32 * h.abs() as f64)
+        }
+    }
 }
 
 /// Rows `rows` of `m`, in order, as a matrix.
@@ -620,13 +710,16 @@ impl MoeReference {
                 let h = reference_gemm(&xe, &w.gate_up)?;
                 let n = w.gate_up.rows();
                 let kbs = h.k_blocks();
+                let bias = |c: usize| w.bias.as_ref().map(|b| b.gate_up[c]);
                 let mut a = vec![0f64; list.len() * ip];
                 let mut r = vec![0f64; list.len() * ip];
                 for i in 0..list.len() {
                     for j in 0..n / 2 {
-                        let (g, u) = (h.c()[i * n + 2 * j], h.c()[i * n + 2 * j + 1]);
-                        let rg = order_bound(kbs, h.abs_sum()[i * n + 2 * j]);
-                        let ru = order_bound(kbs, h.abs_sum()[i * n + 2 * j + 1]);
+                        let at = |c: usize| {
+                            let rho = order_bound(kbs, h.abs_sum()[i * n + c]);
+                            add_bias(h.c()[i * n + c], rho, bias(c))
+                        };
+                        let ((g, rg), (u, ru)) = (at(2 * j), at(2 * j + 1));
                         a[i * ip + j] = activation.eval(g, u);
                         r[i * ip + j] = activation.radius(g, u, rg, ru);
                     }
@@ -841,8 +934,17 @@ impl MoeReference {
                 let ae = gather_rows(a2, list)?;
                 let r = reference_gemm(&ae, &w.down)?;
                 let kbs = r.k_blocks();
-                let bound = r.abs_sum().iter().map(|&s| order_bound(kbs, s)).collect();
-                Ok((list.clone(), r.c().to_vec(), bound))
+                let (c, bound) = r
+                    .c()
+                    .iter()
+                    .zip(r.abs_sum())
+                    .enumerate()
+                    .map(|(i, (&c, &s))| {
+                        let bias = w.bias.as_ref().map(|b| b.down[i % h]);
+                        add_bias(c, order_bound(kbs, s), bias)
+                    })
+                    .unzip();
+                Ok((list.clone(), c, bound))
             })
             .collect::<Result<_, _>>()?;
         for (list, c, b) in parts {
@@ -1046,8 +1148,23 @@ mod tests {
     #[test]
     fn checks_accept_the_reference_and_refuse_changes() {
         let shape = small();
+        for bias in [false, true] {
+            checks_accept_and_refuse(&shape, bias);
+        }
+    }
+
+    fn checks_accept_and_refuse(shape: &MoeShape, bias: bool) {
+        let shape = *shape;
         let experts: Vec<ExpertWeights> = (0..shape.experts)
-            .map(|e| ExpertWeights::random(&shape, e, 9).unwrap())
+            .map(|e| {
+                let w = ExpertWeights::random(&shape, e, 9).unwrap();
+                if bias {
+                    let b = ExpertBias::random(&shape, e, 9).unwrap();
+                    w.with_bias(&shape, b).unwrap()
+                } else {
+                    w
+                }
+            })
             .collect();
         let get = |e: usize| Ok(&experts[e]);
         let x = random_tokens(&shape, 5, 3).unwrap();
@@ -1079,6 +1196,70 @@ mod tests {
                 assert!(!r.stage2().compare(&off).unwrap().passed());
             }
         }
+    }
+
+    /// With zero weights the layer is its biases alone: the activations are `act(b13[2 j],
+    /// b13[2 j + 1])` and the output `sum_k w_k b2[e_k]`.
+    #[test]
+    fn biases_are_added_before_the_activation_and_the_routing_weight() {
+        let shape = small();
+        let zero = |rows: usize, k: usize| {
+            MxMatrix::from_parts(
+                rows,
+                k,
+                vec![0; rows * k / 2],
+                vec![crate::e8m0::E8M0_ONE; rows * k / MX_BLOCK],
+            )
+            .unwrap()
+        };
+        let experts: Vec<ExpertWeights> = (0..shape.experts)
+            .map(|e| {
+                let w = ExpertWeights::from_logical(
+                    &shape,
+                    &zero(2 * shape.inter, shape.hidden),
+                    &zero(shape.hidden, shape.inter),
+                )
+                .unwrap();
+                w.with_bias(&shape, ExpertBias::random(&shape, e, 4).unwrap())
+                    .unwrap()
+            })
+            .collect();
+        let get = |e: usize| Ok(&experts[e]);
+        let x = random_tokens(&shape, 2, 3).unwrap();
+        let (ids, wts) = (vec![1, 3, 2, 1], vec![0.75, 0.25, 0.5, -0.5]);
+        let r = MoeReference::new(
+            &shape,
+            &x,
+            &ids,
+            &wts,
+            Activation::Swiglu,
+            Combine::SortedReduce,
+            &get,
+        )
+        .unwrap();
+        let ip = shape.inter_padded();
+        for (p, &e) in ids.iter().enumerate() {
+            let b = &experts[e as usize].bias.as_ref().unwrap().gate_up;
+            for j in 0..ip {
+                let want = Activation::Swiglu.eval(b[2 * j].to_f32(), b[2 * j + 1].to_f32());
+                assert_eq!(r.activations()[p * ip + j], want, "pair {p} output {j}");
+            }
+        }
+        let h = shape.hidden;
+        for t in 0..2 {
+            for n in 0..h {
+                let want: f32 = (0..2)
+                    .map(|k| {
+                        let e = ids[t * 2 + k] as usize;
+                        wts[t * 2 + k] * experts[e].bias.as_ref().unwrap().down[n].to_f32()
+                    })
+                    .sum();
+                assert_eq!(r.out()[t * h + n], want);
+            }
+        }
+        assert!(r.out().iter().filter(|v| **v != 0.0).count() > h);
+        // Lengths that are not the layer's are refused.
+        assert!(ExpertBias::from_logical(&shape, &[bf16::ONE; 3], &[bf16::ONE; 96]).is_err());
     }
 
     #[test]

@@ -152,6 +152,20 @@ impl Device for EmuDevice {
         Ok(DevicePtr(p))
     }
 
+    /// Pages materialize as they are written; untouched ones read as zero and take no host
+    /// memory.
+    fn alloc_lazy(&self, bytes: u64) -> Result<DevicePtr, RuntimeError> {
+        let mut emu = self.emu()?;
+        let p = emu
+            .memory_mut()
+            .alloc_lazy(bytes)
+            .map_err(|source| RuntimeError::Alloc {
+                bytes,
+                source: Box::new(source),
+            })?;
+        Ok(DevicePtr(p))
+    }
+
     fn free(&self, ptr: DevicePtr) -> Result<(), RuntimeError> {
         let mut emu = self.emu()?;
         emu.memory_mut()
@@ -285,6 +299,29 @@ mod tests {
             dev.free(p),
             Err(RuntimeError::Memory { address, .. }) if address == p.0
         ));
+    }
+
+    /// A lazy allocation far over the memory limit reads as zero and holds what is written.
+    #[test]
+    fn lazy_allocations_take_memory_as_written() {
+        let dev = EmuDevice::with_config(EmuConfig {
+            limits: Limits {
+                max_memory: 1 << 24,
+                ..Limits::default()
+            },
+            ..EmuConfig::default()
+        });
+        assert!(dev.alloc(1 << 32).is_err());
+        let p = dev.alloc_lazy(1 << 32).unwrap();
+        let at = DevicePtr(p.0 + (3 << 30));
+        dev.copy_to_device(at, &[1, 2, 3]).unwrap();
+        let mut got = [9u8; 4];
+        dev.copy_from_device(at, &mut got).unwrap();
+        assert_eq!(got, [1, 2, 3, 0]);
+        dev.copy_from_device(DevicePtr(p.0 + (1 << 31)), &mut got)
+            .unwrap();
+        assert_eq!(got, [0; 4]);
+        dev.free(p).unwrap();
     }
 
     #[test]

@@ -125,6 +125,9 @@ impl Device for AnyDevice {
     fn alloc(&self, bytes: u64) -> Result<DevicePtr, RuntimeError> {
         self.inner().alloc(bytes)
     }
+    fn alloc_lazy(&self, bytes: u64) -> Result<DevicePtr, RuntimeError> {
+        self.inner().alloc_lazy(bytes)
+    }
     fn free(&self, ptr: DevicePtr) -> Result<(), RuntimeError> {
         self.inner().free(ptr)
     }

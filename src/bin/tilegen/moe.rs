@@ -4,6 +4,13 @@
 //! `tilegen preshuffle`, checks it against the CPU reference layer (three comparisons: the
 //! quantized activations, the second stage from the device's own activations, the layer), and
 //! with `--timing` models each kernel's MI355X time. Exits non-zero on disagreement.
+//!
+//! gpt-oss layers carry per-expert biases (`gate_up_proj_bias`, `down_proj_bias`, bf16): the
+//! gpt-oss presets add random ones, a weights file's are used when it has them.
+//!
+//! The grouped weight buffers are allocated lazily on the device and only the experts the
+//! routing touches are written, so a layer whose experts do not all fit the emulator's memory
+//! (Kimi-K2's 384 experts, 9 GB) runs when the touched ones do.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -13,6 +20,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
+use half::bf16;
 use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
@@ -20,10 +28,10 @@ use tilegen::emu::exec::{DeviceMemory, Program};
 use tilegen::emu::timing::{self, Params, TimingLaunch, TimingOptions};
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeShape, MoeSpec,
-    PreshuffledExpert, Routing, Scoring, expert_bytes, route,
+    PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes, route,
 };
 use tilegen::kernels::{CachePolicy, KernelSpec, MfmaShape};
-use tilegen::mx::moe::{ExpertWeights, MoeRefError, MoeReference, random_tokens};
+use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen::mx::weights::{METADATA_KEY, PreshuffleRecord, TensorRecord};
 use tilegen::mx::{MX_BLOCK, MxMatrix, Shuffler};
 use tilegen::runtime::{Device, DevicePtr, EmuConfig, LaunchControl, RuntimeError};
@@ -69,6 +77,11 @@ impl Model {
             hidden,
             inter,
         }
+    }
+
+    /// Whether the model's experts carry biases.
+    fn bias(self) -> bool {
+        matches!(self, Model::GptOss20b | Model::GptOss120b)
     }
 
     fn activation(self) -> Activation {
@@ -175,6 +188,10 @@ pub struct MoeArgs {
     /// The activation (overrides the model's).
     #[arg(long, value_enum)]
     activation: Option<Activation>,
+    /// Per-expert biases on both GEMMs (default: the model's, on for gpt-oss; with --weights,
+    /// whether the file has them). Random without --weights.
+    #[arg(long)]
+    bias: Option<bool>,
     /// Seed of the tokens, router logits and (without --weights) expert weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -213,8 +230,9 @@ impl MoeArgs {
         s
     }
 
-    fn spec(&self, activation: Activation) -> MoeSpec {
+    fn spec(&self, activation: Activation, bias: bool) -> MoeSpec {
         MoeSpec::new(self.activation.unwrap_or(activation))
+            .bias(bias)
             .block_m(self.block_m)
             .gate_up(self.tile(None))
             .down(self.tile(self.down_bn))
@@ -247,7 +265,15 @@ pub fn run(a: MoeArgs) -> Result<()> {
     shape.topk = a.topk.unwrap_or(shape.topk);
     shape.hidden = a.hidden.unwrap_or(shape.hidden);
     shape.inter = a.inter.unwrap_or(shape.inter);
-    let spec = a.spec(a.model.activation());
+    let bias = match (&file, a.bias) {
+        (Some(f), Some(true)) if f.bias.is_none() => bail!(
+            "--bias true, but {} has no expert biases (<prefix>gate_up_proj_bias / mlp1_bias and down_proj_bias / mlp2_bias)",
+            f.path.display()
+        ),
+        (Some(f), b) => b.unwrap_or(f.bias.is_some()),
+        (None, b) => b.unwrap_or(a.model.bias()),
+    };
+    let spec = a.spec(a.model.activation(), bias);
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate().context("checking the kernels' spec")?;
     spec.check_shape(&shape)
@@ -280,6 +306,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
         "tokens": a.tokens,
         "spec": layer.spec(),
         "weights": match &a.weights { Some(p) => p.display().to_string(), None => "random".into() },
+        "bias": bias,
         "routing": {
             "pairs": a.tokens * shape.topk,
             "experts_touched": touched.len(),
@@ -304,15 +331,15 @@ pub fn run(a: MoeArgs) -> Result<()> {
             tilegen_output::interrupt_flag(),
         )?;
         let device = chosen.device();
-        if device.as_emu().is_some() {
-            check_device(&shape, a.tokens, per_expert)?;
-        }
         summary["device"] = device.name().into();
         let control = device
             .as_emu()
             .map(|e| e.control().clone())
             .unwrap_or_default();
         let show = !a.json && device.as_emu().is_some() && std::io::stderr().is_terminal();
+        if device.as_emu().is_some() {
+            check_device(&shape, a.tokens, touched.len(), per_expert)?;
+        }
         let checked = run_and_check(
             &a, device, &control, show, &layer, &shape, &routing, &touched, &source,
         )?;
@@ -371,17 +398,17 @@ fn check_host(shape: &MoeShape, tokens: usize, touched: usize, per_expert: usize
     Ok(())
 }
 
-/// Refuses a run whose emulated device memory (every expert's weights, the pass's buffers)
-/// would pass the emulator's limit, before any of it is allocated.
-fn check_device(shape: &MoeShape, tokens: usize, per_expert: usize) -> Result<()> {
-    let device = (per_expert as u128) * shape.experts as u128
+/// Refuses a run whose emulated device memory (the touched experts' weights: the grouped
+/// buffers are lazy and only those experts are written; the pass's buffers) would pass the
+/// emulator's limit, before any of it is allocated.
+fn check_device(shape: &MoeShape, tokens: usize, touched: usize, per_expert: usize) -> Result<()> {
+    let device = (per_expert as u128) * touched as u128
         + (tokens * shape.topk) as u128 * (shape.inter_padded() + 4 * shape.hidden) as u128
         + (tokens * shape.hidden_padded()) as u128;
     let limit = memory_limit();
     if device > limit {
         bail!(
-            "the layer needs {device} bytes of emulated device memory ({} experts' weights), over the emulator's limit of {limit} (half of this machine's memory); use fewer --experts, or --no-run with --timing",
-            shape.experts
+            "the layer needs {device} bytes of emulated device memory ({touched} touched experts' weights), over the emulator's limit of {limit} (half of this machine's memory); use fewer --tokens or --experts, or --no-run with --timing"
         );
     }
     Ok(())
@@ -406,15 +433,19 @@ fn run_and_check(
         e => anyhow::Error::from(e),
     };
     let t = Instant::now();
-    let weights = DeviceWeights::new(device, shape).map_err(on_runtime)?;
+    let bias = layer.spec().has_bias();
+    let weights = DeviceWeights::new(device, shape, bias).map_err(on_runtime)?;
     let mut experts: Vec<Option<ExpertWeights>> = vec![None; shape.experts];
     for &e in touched {
         let (pre, logical) = match source {
             Source::Random(seed) => {
-                let w = ExpertWeights::random(shape, e, *seed)?;
+                let mut w = ExpertWeights::random(shape, e, *seed)?;
+                if bias {
+                    w = w.with_bias(shape, ExpertBias::random(shape, e, *seed)?)?;
+                }
                 (PreshuffledExpert::new(shape, &w)?, w)
             }
-            Source::File(f) => f.expert(shape, e)?,
+            Source::File(f) => f.expert(shape, e, bias)?,
         };
         weights.write(e, &pre).map_err(on_runtime)?;
         experts[e] = Some(logical);
@@ -529,10 +560,19 @@ fn model_time(
     for (p, b) in wptrs.iter_mut().zip(sizes) {
         *p = lazy(&mut mem, b * shape.experts)?;
     }
+    let bias = if layer.spec().has_bias() {
+        let [g, d] = expert_bias_bytes(shape);
+        Some([
+            lazy(&mut mem, g * shape.experts)?,
+            lazy(&mut mem, d * shape.experts)?,
+        ])
+    } else {
+        None
+    };
     let params = Params::mi355x();
     let mut total = 0.0;
     let mut kernels = Vec::new();
-    for (stage, config, args) in layer.launches(shape, &plan, &bufs, wptrs) {
+    for (stage, config, args) in layer.launches(shape, &plan, &bufs, wptrs, bias)? {
         let (Some(prog), Some(co)) = (programs.get(&stage), cos.get(&stage)) else {
             bail!("no {stage} kernel");
         };
@@ -561,6 +601,9 @@ fn model_time(
             "hbm_gbs": p.hbm_gbs,
             "grid": config.grid,
             "rounds": p.rounds,
+            "cycles": p.cycles,
+            "memory": p.memory,
+            "stalls": p.stalls,
             "method": p.method_detail,
             "model_s": t.elapsed().as_secs_f64(),
         }));
@@ -667,6 +710,8 @@ struct WeightFile {
     shape: MoeShape,
     /// Byte ranges in the file (absolute) of: gate/up blocks, scales; down blocks, scales.
     ranges: [(u64, u64); 4],
+    /// Byte ranges of the biases (bf16 `[E, 2 inter]` and `[E, hidden]`), if the file has them.
+    bias: Option<[(u64, u64); 2]>,
 }
 
 /// A tensor of the header: dtype, shape, data offsets.
@@ -835,28 +880,73 @@ impl WeightFile {
             s.b_len(hidden, shape.inter_padded() / 2)? * e,
             s.scale_len(hidden, shape.inter_padded() / MX_BLOCK)? * e,
         ];
-        let mut ranges = [(0, 0); 4];
-        for ((r, t), w) in ranges.iter_mut().zip([ub, us, db, ds]).zip(want) {
+        let range = |t: &TensorInfo, w: usize| -> Result<(u64, u64)> {
             let (a, b) = t.data_offsets;
             if b < a || b - a != w as u64 || data_start + b > file_len {
                 bail!(
-                    "a tensor of {} bytes at {a}..{b} where the preshuffled layout holds {w}",
+                    "a tensor of {} bytes at {a}..{b} where the layout holds {w}",
                     b.saturating_sub(a)
                 );
             }
-            *r = (data_start + a, data_start + b);
+            Ok((data_start + a, data_start + b))
+        };
+        let mut ranges = [(0, 0); 4];
+        for ((r, t), w) in ranges.iter_mut().zip([ub, us, db, ds]).zip(want) {
+            *r = range(t, w)?;
         }
+        // gpt-oss's biases beside the weights: `gate_up_proj_bias` (`mlp1_bias` in OpenAI's
+        // own layout) `[E, 2 inter]` and `down_proj_bias` (`mlp2_bias`) `[E, hidden]`, bf16,
+        // copied unchanged by the preshuffle.
+        let bias_name = |stem: &str| match stem.strip_suffix("_weight") {
+            Some(s) => format!("{s}_bias"),
+            None => format!("{stem}_bias"),
+        };
+        let (ub_name, db_name) = (bias_name(&up), bias_name(&down));
+        let bias = match (tensors.get(&ub_name), tensors.get(&db_name)) {
+            (None, None) => None,
+            (Some(g), Some(d)) => {
+                let mut r = [(0, 0); 2];
+                for ((r, (name, t)), n) in r
+                    .iter_mut()
+                    .zip([(&ub_name, g), (&db_name, d)])
+                    .zip([gate_up_rows, hidden])
+                {
+                    if t.dtype != "BF16" || t.shape != [e, n] {
+                        bail!(
+                            "tensor {name} is {} {:?}; an expert bias is BF16 [{e}, {n}]",
+                            t.dtype,
+                            t.shape
+                        );
+                    }
+                    *r = range(t, 2 * e * n).with_context(|| format!("tensor {name}"))?;
+                }
+                Some(r)
+            }
+            (g, _) => bail!(
+                "{} has {} but not {}: a layer's biases come in pairs",
+                path.display(),
+                if g.is_some() { &ub_name } else { &db_name },
+                if g.is_some() { &db_name } else { &ub_name }
+            ),
+        };
         Ok(WeightFile {
             path: path.to_path_buf(),
             shape,
             ranges,
+            bias,
         })
     }
 
     /// Expert `e`: its groups as the kernels read them (the gate/up rows padded with zero rows
     /// to 2 x the padded intermediate size: appended whole 16-row tiles in both layouts), and
-    /// the logical weights the reference reads (the same bytes unshuffled).
-    fn expert(&self, shape: &MoeShape, e: usize) -> Result<(PreshuffledExpert, ExpertWeights)> {
+    /// the logical weights the reference reads (the same bytes unshuffled); with `bias`, its
+    /// biases (padded alike).
+    fn expert(
+        &self,
+        shape: &MoeShape,
+        e: usize,
+        bias: bool,
+    ) -> Result<(PreshuffledExpert, ExpertWeights)> {
         let mut f =
             File::open(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
         let mut read = |range: (u64, u64), len: usize| -> Result<Vec<u8>> {
@@ -867,11 +957,26 @@ impl WeightFile {
             Ok(v)
         };
         let [gu, gus, d, ds] = expert_bytes(shape)?;
+        let bias = match (bias, self.bias) {
+            (false, _) => None,
+            (true, None) => bail!("{} has no expert biases", self.path.display()),
+            (true, Some([g, d])) => {
+                let mut values = |range, n| -> Result<Vec<bf16>> {
+                    Ok(read(range, 2 * n)?
+                        .chunks_exact(2)
+                        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                        .collect())
+                };
+                let (g, d) = (values(g, 2 * shape.inter)?, values(d, shape.hidden)?);
+                Some(ExpertBias::from_logical(shape, &g, &d)?)
+            }
+        };
         let pre = PreshuffledExpert {
             gate_up: read(self.ranges[0], gu)?,
             gate_up_scales: read(self.ranges[1], gus)?,
             down: read(self.ranges[2], d)?,
             down_scales: read(self.ranges[3], ds)?,
+            bias: bias.clone(),
         };
         let s = Shuffler::new(1)?;
         let (hp, ip, rows) = (
@@ -889,6 +994,13 @@ impl WeightFile {
         s.unshuffle_b_5d(shape.hidden, ip / 2, &pre.down, &mut data)?;
         s.unshuffle_scale_4d(shape.hidden, ip / MX_BLOCK, &pre.down_scales, &mut scales)?;
         let down = MxMatrix::from_parts(shape.hidden, ip, data, scales)?;
-        Ok((pre, ExpertWeights { gate_up, down }))
+        Ok((
+            pre,
+            ExpertWeights {
+                gate_up,
+                down,
+                bias,
+            },
+        ))
     }
 }

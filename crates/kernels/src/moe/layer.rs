@@ -3,9 +3,11 @@
 
 use half::bf16;
 use serde::Serialize;
-use tilegen_device::{ArgValue, Buffer, Device, LaunchConfig, LaunchReport, Module, RuntimeError};
+use tilegen_device::{
+    ArgValue, Buffer, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
+};
 use tilegen_dsl::{CompileOptions, KernelAttrs};
-use tilegen_mx::moe::{ExpertWeights, MoeRefError, MoeShape};
+use tilegen_mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeShape};
 use tilegen_mx::{MX_BLOCK, MxError, MxMatrix, Shuffler};
 
 use super::routing::{Routing, RoutingError, SortedBlocks};
@@ -129,8 +131,8 @@ impl MoeSpec {
                 Stage::GateUp | Stage::Down => {
                     let t = self.tile(stage);
                     let sig = match stage {
-                        Stage::GateUp => stages::gate_up_signature().0,
-                        _ => stages::down_signature().0,
+                        Stage::GateUp => stages::gate_up_signature(self.has_bias()).0,
+                        _ => stages::down_signature(self.has_bias()).0,
                     };
                     (sig, t.threads(), t.waves_per_eu)
                 }
@@ -161,8 +163,8 @@ impl MoeSpec {
 }
 
 /// One expert's weights in the layouts the kernels read: both weights in the Shuffler's 5D
-/// layout, their scales in its 4D layout (rows padded to 32).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// layout, their scales in its 4D layout (rows padded to 32), and the biases as they are.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PreshuffledExpert {
     /// Gate/up, `[2 * inter_padded, hidden_padded]`.
     pub gate_up: Vec<u8>,
@@ -172,6 +174,8 @@ pub struct PreshuffledExpert {
     pub down: Vec<u8>,
     /// Its scales.
     pub down_scales: Vec<u8>,
+    /// The biases of a layer that has them (padded, bf16).
+    pub bias: Option<ExpertBias>,
 }
 
 /// Bytes of one expert's group in each grouped buffer: gate/up, its scales, down, its scales.
@@ -209,6 +213,7 @@ impl PreshuffledExpert {
             gate_up_scales: vec![0; gus],
             down: vec![0; d],
             down_scales: vec![0; ds],
+            bias: w.bias.clone(),
         };
         s.preshuffle_b_5d(
             shape.gate_up_rows(),
@@ -233,17 +238,26 @@ impl PreshuffledExpert {
     }
 }
 
-/// A layer's expert weights on a device, one `Shuffler[E]` buffer per tensor. Experts never
-/// written stay zero (a routing that never picks them never reads them).
+/// Bytes of one expert's row in the two bias buffers (bf16): gate/up, down.
+pub fn expert_bias_bytes(shape: &MoeShape) -> [usize; 2] {
+    [2 * shape.gate_up_rows(), 2 * shape.hidden]
+}
+
+/// A layer's expert weights on a device, one `Shuffler[E]` buffer per tensor (and one
+/// `[E, n]` bf16 buffer per bias of a layer with biases). The buffers are lazily allocated
+/// ([`Device::alloc_lazy`]): a batch routes to few of a large layer's experts, only the
+/// experts written take memory on a device that backs them lazily, and experts never written
+/// read as zero (a routing that never picks them never reads them).
 pub struct DeviceWeights<'d> {
     shape: MoeShape,
     bytes: [usize; 4],
     bufs: [Buffer<'d>; 4],
+    bias: Option<[Buffer<'d>; 2]>,
 }
 
 impl<'d> DeviceWeights<'d> {
-    /// Zeroed grouped buffers for `shape`'s experts.
-    pub fn new(device: &'d dyn Device, shape: &MoeShape) -> Result<Self, MoeError> {
+    /// Zeroed grouped buffers for `shape`'s experts, with bias buffers if `bias`.
+    pub fn new(device: &'d dyn Device, shape: &MoeShape, bias: bool) -> Result<Self, MoeError> {
         shape.validate()?;
         let bytes = expert_bytes(shape)?;
         let rt = |source| MoeError::Runtime {
@@ -254,8 +268,9 @@ impl<'d> DeviceWeights<'d> {
             let total = (b as u64)
                 .checked_mul(shape.experts as u64)
                 .ok_or_else(|| MoeError::Inputs("grouped weight size overflows".into()))?;
-            Buffer::new(device, total).map_err(rt)
+            Buffer::new_lazy(device, total).map_err(rt)
         };
+        let [gb, db] = expert_bias_bytes(shape);
         Ok(DeviceWeights {
             shape: *shape,
             bytes,
@@ -265,7 +280,26 @@ impl<'d> DeviceWeights<'d> {
                 alloc(bytes[2])?,
                 alloc(bytes[3])?,
             ],
+            bias: if bias {
+                Some([alloc(gb)?, alloc(db)?])
+            } else {
+                None
+            },
         })
+    }
+
+    /// Whether the layer has biases.
+    pub fn has_bias(&self) -> bool {
+        self.bias.is_some()
+    }
+
+    /// The device addresses: the four weight tensors (gate/up, its scales, down, its scales)
+    /// and the two bias tensors (gate/up, down) of a layer with biases.
+    pub fn ptrs(&self) -> ([DevicePtr; 4], Option<[DevicePtr; 2]>) {
+        (
+            [0, 1, 2, 3].map(|i| self.bufs[i].ptr()),
+            self.bias.as_ref().map(|b| [b[0].ptr(), b[1].ptr()]),
+        )
     }
 
     /// Writes expert `e`'s preshuffled weights into its groups.
@@ -294,7 +328,37 @@ impl<'d> DeviceWeights<'d> {
                     source,
                 })?;
         }
-        Ok(())
+        match (&self.bias, &w.bias) {
+            (None, None) => Ok(()),
+            (Some(bufs), Some(b)) => {
+                for ((buf, len), v) in bufs
+                    .iter()
+                    .zip(expert_bias_bytes(&self.shape))
+                    .zip([&b.gate_up, &b.down])
+                {
+                    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    if bytes.len() != len {
+                        return Err(MoeError::Inputs(format!(
+                            "expert {e}: a bias of {} values where the layer has {}",
+                            v.len(),
+                            len / 2
+                        )));
+                    }
+                    buf.write((e * len) as u64, &bytes)
+                        .map_err(|source| MoeError::Runtime {
+                            stage: Stage::GateUp,
+                            source,
+                        })?;
+                }
+                Ok(())
+            }
+            (Some(_), None) => Err(MoeError::Inputs(format!(
+                "expert {e} has no biases; the layer's weights have"
+            ))),
+            (None, Some(_)) => Err(MoeError::Inputs(format!(
+                "expert {e} has biases; the layer's weights have none"
+            ))),
+        }
     }
 
     /// The layer's sizes.
@@ -447,16 +511,40 @@ impl MoeLayer {
     }
 
     /// The launches of a pass: per kernel its grid and workgroup, and its arguments given the
-    /// buffers' addresses (`weights` = gate/up, its scales, down, its scales).
+    /// buffers' addresses (`weights` = gate/up, its scales, down, its scales; `bias` =
+    /// gate/up, down, needed exactly when the spec has biases).
     pub fn launches(
         &self,
         shape: &MoeShape,
         plan: &MoePlan,
-        bufs: &MoeBuffers<tilegen_device::DevicePtr>,
-        weights: [tilegen_device::DevicePtr; 4],
-    ) -> Vec<(Stage, LaunchConfig, Vec<ArgValue>)> {
+        bufs: &MoeBuffers<DevicePtr>,
+        weights: [DevicePtr; 4],
+        bias: Option<[DevicePtr; 2]>,
+    ) -> Result<Vec<(Stage, LaunchConfig, Vec<ArgValue>)>, MoeError> {
+        if bias.is_some() != self.spec.has_bias() {
+            return Err(MoeError::Inputs(format!(
+                "the kernels {} biases and the weights {} them",
+                if self.spec.has_bias() {
+                    "add"
+                } else {
+                    "add no"
+                },
+                if bias.is_some() {
+                    "have"
+                } else {
+                    "do not have"
+                }
+            )));
+        }
         let i = |v: usize| ArgValue::I32(v as i32);
         let p = ArgValue::Ptr;
+        // The bias pointer follows the weight scales in both signatures.
+        let with_bias = |mut args: Vec<ArgValue>, at: usize, which: usize| {
+            if let Some(b) = bias {
+                args.insert(at, p(b[which]));
+            }
+            args
+        };
         let blocks = plan.sorted.blocks() as u32;
         let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let g = self.spec.tile(Stage::GateUp);
@@ -469,21 +557,25 @@ impl MoeLayer {
                     block: [g.threads(), 1, 1],
                     dynamic_lds: 0,
                 },
-                vec![
-                    p(bufs.act),
-                    p(bufs.act_scales),
-                    p(bufs.x),
-                    p(bufs.x_scales),
-                    p(weights[0]),
-                    p(weights[1]),
-                    p(bufs.sorted_ids),
-                    p(bufs.block_expert),
-                    i(plan.tokens),
-                    i(shape.topk),
-                    i(plan.rows),
-                    i(shape.gate_up_rows()),
-                    i(hp),
-                ],
+                with_bias(
+                    vec![
+                        p(bufs.act),
+                        p(bufs.act_scales),
+                        p(bufs.x),
+                        p(bufs.x_scales),
+                        p(weights[0]),
+                        p(weights[1]),
+                        p(bufs.sorted_ids),
+                        p(bufs.block_expert),
+                        i(plan.tokens),
+                        i(shape.topk),
+                        i(plan.rows),
+                        i(shape.gate_up_rows()),
+                        i(hp),
+                    ],
+                    6,
+                    0,
+                ),
             ),
             (
                 Stage::Down,
@@ -492,24 +584,28 @@ impl MoeLayer {
                     block: [d.threads(), 1, 1],
                     dynamic_lds: 0,
                 },
-                vec![
-                    p(match self.spec.combine_kind() {
-                        Combine::Atomic => bufs.out,
-                        Combine::SortedReduce => bufs.parts,
-                    }),
-                    p(bufs.act),
-                    p(bufs.act_scales),
-                    p(weights[2]),
-                    p(weights[3]),
-                    p(bufs.sorted_ids),
-                    p(bufs.block_expert),
-                    p(bufs.weights),
-                    i(plan.tokens),
-                    i(shape.topk),
-                    i(plan.rows),
-                    i(h),
-                    i(ip),
-                ],
+                with_bias(
+                    vec![
+                        p(match self.spec.combine_kind() {
+                            Combine::Atomic => bufs.out,
+                            Combine::SortedReduce => bufs.parts,
+                        }),
+                        p(bufs.act),
+                        p(bufs.act_scales),
+                        p(weights[2]),
+                        p(weights[3]),
+                        p(bufs.sorted_ids),
+                        p(bufs.block_expert),
+                        p(bufs.weights),
+                        i(plan.tokens),
+                        i(shape.topk),
+                        i(plan.rows),
+                        i(h),
+                        i(ip),
+                    ],
+                    5,
+                    1,
+                ),
             ),
         ];
         if self.reduce.is_some() {
@@ -530,7 +626,7 @@ impl MoeLayer {
                 ],
             ));
         }
-        v
+        Ok(v)
     }
 
     /// The host bytes of the small per-pass inputs: tokens (data, scales), sorted ids, block
@@ -597,9 +693,9 @@ impl MoeLayer {
             parts: bufs.parts.ptr(),
             out: bufs.out.ptr(),
         };
-        let wptrs = [0, 1, 2, 3].map(|i| weights.bufs[i].ptr());
+        let (wptrs, bias) = weights.ptrs();
         let mut launches = Vec::new();
-        for (stage, config, args) in self.launches(&shape, &plan, &ptrs, wptrs) {
+        for (stage, config, args) in self.launches(&shape, &plan, &ptrs, wptrs, bias)? {
             let kernel = self
                 .kernel(stage)
                 .ok_or_else(|| MoeError::Inputs(format!("no {stage} kernel")))?;

@@ -19,7 +19,7 @@ mod template;
 
 pub use layer::{
     DeviceWeights, MoeBuffers, MoeError, MoeKernel, MoeLaunch, MoeLayer, MoePlan, MoeRun,
-    PreshuffledExpert, expert_bytes,
+    PreshuffledExpert, expert_bias_bytes, expert_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};

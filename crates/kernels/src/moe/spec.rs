@@ -9,6 +9,10 @@
 //!   routing weight and combined into the bf16 output ([`Combine`]).
 //!
 //! With [`Combine::SortedReduce`] a third, small kernel sums each token's slots.
+//!
+//! With [`MoeSpec::bias`] (gpt-oss) both GEMMs add a per-expert bf16 bias to their f32
+//! accumulators: the gate/up bias before the activation, the down bias before the routing
+//! weight.
 
 use std::fmt;
 
@@ -80,6 +84,9 @@ pub struct MoeSpec {
     down: KernelSpec,
     activation: Activation,
     combine: Combine,
+    /// Per-expert biases on both GEMMs' outputs; absent in specs written before they existed.
+    #[serde(default)]
+    bias: bool,
 }
 
 /// The default tile of both stages for `block_m` rows: BN = 128 in two 64-wide waves, BK = 512.
@@ -97,6 +104,7 @@ impl MoeSpec {
             down: default_tile(32),
             activation,
             combine: Combine::Atomic,
+            bias: false,
         }
     }
 
@@ -130,6 +138,18 @@ impl MoeSpec {
     pub fn combine(mut self, combine: Combine) -> Self {
         self.combine = combine;
         self
+    }
+
+    /// Whether both GEMMs add per-expert biases (gpt-oss's `gate_up_proj_bias` `[E, 2 I]`
+    /// before the activation and `down_proj_bias` `[E, H]` before the routing weight, bf16).
+    pub fn bias(mut self, on: bool) -> Self {
+        self.bias = on;
+        self
+    }
+
+    /// Whether the kernels add biases.
+    pub fn has_bias(&self) -> bool {
+        self.bias
     }
 
     /// Rows per sorted block.
@@ -275,9 +295,10 @@ impl MoeSpec {
                 .trim_start_matches("mxfp4_gemm_")
                 .replace("_bf16", "")
         };
+        let bias = if self.bias { "_bias" } else { "" };
         match stage {
             Stage::GateUp => format!(
-                "mxfp4_moe_gate_up_{}_{}",
+                "mxfp4_moe_gate_up_{}{bias}_{}",
                 match self.activation {
                     Activation::Swiglu => "swiglu",
                     Activation::SiluMul => "silu",
@@ -285,7 +306,7 @@ impl MoeSpec {
                 tile(&self.gate_up)
             ),
             Stage::Down => format!(
-                "mxfp4_moe_down_{}_{}",
+                "mxfp4_moe_down_{}{bias}_{}",
                 match self.combine {
                     Combine::Atomic => "atomic",
                     Combine::SortedReduce => "sorted",
@@ -367,6 +388,15 @@ mod tests {
                 .combine(Combine::SortedReduce)
                 .kernel_name(Stage::Down)
         );
+        let b = s.clone().bias(true);
+        assert!(b.has_bias() && !s.has_bias());
+        for stage in [Stage::GateUp, Stage::Down] {
+            assert_ne!(s.kernel_name(stage), b.kernel_name(stage));
+        }
+        // Specs serialized before biases existed read as bias-free.
+        let mut v = serde_json::to_value(&s).unwrap();
+        v.as_object_mut().unwrap().remove("bias");
+        assert_eq!(serde_json::from_value::<MoeSpec>(v).unwrap(), s);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! expert's weights are one group of a `Shuffler[E]` buffer: the kernel makes a buffer
 //! resource over that group alone (`base + e * group_stride`, the stride read off the grouped
 //! layout's expert mode), so the expert's rows are addressed exactly as a one-group GEMM's B
-//! and a weight tensor past 2^31 bytes still needs only 32-bit offsets.
+//! and a weight tensor past 2^31 bytes still needs only 32-bit offsets. A layer's biases
+//! (`[E, n]` bf16) are addressed the same way, one expert's row per workgroup.
 
 use tilegen_dsl::{
     Buffer, CachePolicy, DslError, Elem, I32Param, Int, Kernel, MmaAtom, PtrParam, Result,
@@ -32,6 +33,7 @@ pub(crate) struct GateUpParams {
     x_scales: PtrParam,
     w: PtrParam,
     w_scales: PtrParam,
+    bias: Option<PtrParam>,
     sorted_ids: PtrParam,
     block_expert: PtrParam,
     tokens: I32Param,
@@ -41,13 +43,14 @@ pub(crate) struct GateUpParams {
     k: I32Param,
 }
 
-/// The gate/up kernel's signature: `(out, out_scales, x, x_scales, w, w_scales, sorted_ids,
-/// block_expert, tokens, topk, rows, n, k)`: `out` the activations `[rows, n / 4]` (FP4, n / 2
-/// per row) in sorted-row order with scales in the Shuffler's 4D layout over `rows` padded to
-/// 32; `x` the tokens `[tokens, k / 2]` with row-major scales `[tokens, k / 32]`; `w` the
-/// gate/up weights `[E, n, k]` in the Shuffler's grouped 5D layout and their 4D scales;
-/// `rows` = blocks x BM sorted rows; `n` = 2 x padded intermediate size; `k` = padded hidden.
-pub(crate) fn gate_up_signature() -> (Signature, GateUpParams) {
+/// The gate/up kernel's signature: `(out, out_scales, x, x_scales, w, w_scales, [bias,]
+/// sorted_ids, block_expert, tokens, topk, rows, n, k)`: `out` the activations `[rows, n / 4]`
+/// (FP4, n / 2 per row) in sorted-row order with scales in the Shuffler's 4D layout over
+/// `rows` padded to 32; `x` the tokens `[tokens, k / 2]` with row-major scales
+/// `[tokens, k / 32]`; `w` the gate/up weights `[E, n, k]` in the Shuffler's grouped 5D layout
+/// and their 4D scales; `bias` (with `bias`) the biases `[E, n]` bf16; `rows` = blocks x BM
+/// sorted rows; `n` = 2 x padded intermediate size; `k` = padded hidden.
+pub(crate) fn gate_up_signature(bias: bool) -> (Signature, GateUpParams) {
     let mut s = Signature::new();
     let p = GateUpParams {
         out: s.global_ptr("out"),
@@ -56,6 +59,7 @@ pub(crate) fn gate_up_signature() -> (Signature, GateUpParams) {
         x_scales: s.global_ptr("x_scales"),
         w: s.global_ptr("w"),
         w_scales: s.global_ptr("w_scales"),
+        bias: bias.then(|| s.global_ptr("bias")),
         sorted_ids: s.global_ptr("sorted_ids"),
         block_expert: s.global_ptr("block_expert"),
         tokens: s.i32("tokens"),
@@ -75,6 +79,7 @@ pub(crate) struct DownParams {
     a_scales: PtrParam,
     w: PtrParam,
     w_scales: PtrParam,
+    bias: Option<PtrParam>,
     sorted_ids: PtrParam,
     block_expert: PtrParam,
     weights: PtrParam,
@@ -85,12 +90,13 @@ pub(crate) struct DownParams {
     k: I32Param,
 }
 
-/// The down kernel's signature: `(out, a, a_scales, w, w_scales, sorted_ids, block_expert,
-/// weights, tokens, topk, rows, n, k)`: `out` the bf16 layer output `[tokens, n]` (atomic
-/// combine) or the f32 contributions `[tokens * topk, n]` (sorted reduce); `a` the gate/up
-/// kernel's output; `weights` the routing weights `[tokens * topk]` (f32); `n` = hidden size;
-/// `k` = padded intermediate size.
-pub(crate) fn down_signature() -> (Signature, DownParams) {
+/// The down kernel's signature: `(out, a, a_scales, w, w_scales, [bias,] sorted_ids,
+/// block_expert, weights, tokens, topk, rows, n, k)`: `out` the bf16 layer output
+/// `[tokens, n]` (atomic combine) or the f32 contributions `[tokens * topk, n]` (sorted
+/// reduce); `a` the gate/up kernel's output; `bias` (with `bias`) the biases `[E, n]` bf16;
+/// `weights` the routing weights `[tokens * topk]` (f32); `n` = hidden size; `k` = padded
+/// intermediate size.
+pub(crate) fn down_signature(bias: bool) -> (Signature, DownParams) {
     let mut s = Signature::new();
     let p = DownParams {
         out: s.global_ptr("out"),
@@ -98,6 +104,7 @@ pub(crate) fn down_signature() -> (Signature, DownParams) {
         a_scales: s.global_ptr("a_scales"),
         w: s.global_ptr("w"),
         w_scales: s.global_ptr("w_scales"),
+        bias: bias.then(|| s.global_ptr("bias")),
         sorted_ids: s.global_ptr("sorted_ids"),
         block_expert: s.global_ptr("block_expert"),
         weights: s.global_ptr("weights"),
@@ -188,11 +195,90 @@ fn block_expert<'k, 'ctx>(
     k.readfirstlane(e)
 }
 
+/// Expert `expert`'s row of a `[E, n]` bf16 bias tensor: a buffer over that row alone and its
+/// byte layout `(n)`.
+fn expert_bias<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    p: PtrParam,
+    expert: Int<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+) -> Result<(Buffer<'ctx>, Layout<Int<'k, 'ctx>>)> {
+    let l = Layout::new((Idx::Static(1), n.idx()), ((n * 2).idx(), Idx::Static(2)))?;
+    let row = k.ptr_offset(k.ptr_arg(p)?, expert, group_stride(k, &l)?)?;
+    Ok((k.buffer(row, n * 2, CachePolicy::Always)?, l.mode(1)?))
+}
+
+/// An index view of the `[BM, n]` output (element `(r, c)` = `r * strides.0 + c *
+/// strides.1`) tiled by the workgroup's and the wave's tiles and partitioned like the
+/// accumulators: per (value, MMA tile row, MMA tile column) of a lane, its row or column.
+fn accum_index<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    tile: &crate::KernelSpec,
+    th: &Threads<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+    bid_x: Int<'k, 'ctx>,
+    strides: (i64, i64),
+) -> Result<TileTensor<'k, 'ctx>> {
+    let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
+    let l = Layout::new(
+        (Idx::Static(bm), n.idx()),
+        (Idx::Static(strides.0), Idx::Static(strides.1)),
+    )?;
+    TileTensor::index(k, l)
+        .tile(&[bm, bn], &[Idx::Static(0), bid_x.idx()])?
+        .tile(&[bm, wn], &[Idx::Static(0), th.wave.idx()])?
+        .partition_c(&mma.atom, th.lane)
+}
+
+/// The biases of a lane's accumulator values, per MMA tile column `j` and value, in f32: one
+/// load of the bf16 biases of each run of consecutive columns, shared by the tile rows (a
+/// column's bias is the same in every row); zero for columns past `n`.
+fn accum_bias<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    (bias, row): (Buffer<'ctx>, Layout<Int<'k, 'ctx>>),
+    col_of: &TileTensor<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+) -> Result<Vec<Vec<Value<'ctx>>>> {
+    let [m, nn, _] = mma.atom.shape_mnk();
+    let values = (m * nn / 64) as usize;
+    // Runs of 4 columns are 2 dwords; every atom's values come in at least pairs.
+    let runs = column_runs(&mma.atom, 4).or_else(|_| column_runs(&mma.atom, 2))?;
+    let z = k.i32(0);
+    let mut per_j = Vec::with_capacity(mma.num_n);
+    for j in 0..mma.num_n {
+        let mut vals: Vec<Option<Value<'ctx>>> = vec![None; values];
+        for run in &runs {
+            let (u, l) = col_of.offsets(&Coord::from((run[0] as i64, 0, j as i64)))?;
+            let col = u + l;
+            // A run starts on a multiple of its length and n is a multiple of 32: a run is
+            // wholly inside or wholly past the row.
+            let at = row
+                .crd2idx(&Coord::Leaf(col.idx()))?
+                .to_value(&z)
+                .select(col.lt(&n), &bias.records(k));
+            let len = run.len() as u32;
+            let b = k.buffer_load(&bias, at, z, len / 2)?;
+            let b = k.convert(k.bitcast(b, Ty::vector(Elem::Bf16, len))?, Elem::F32)?;
+            for (&v, x) in run.iter().zip(k.split(b, len)?) {
+                vals[v] = Some(x);
+            }
+        }
+        per_j.push(
+            vals.into_iter()
+                .map(|v| v.ok_or_else(|| DslError::Internal("a value without a bias".into())))
+                .collect::<Result<_>>()?,
+        );
+    }
+    Ok(per_j)
+}
+
 /// Emits the gate/up kernel of `spec`.
 pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> {
     let tile = spec.tile(Stage::GateUp);
     let th = Threads::new(k, tile.warps() as i64)?;
-    let (_, p) = gate_up_signature();
+    let (_, p) = gate_up_signature(spec.has_bias());
     let tokens = k.i32_arg(p.tokens)?;
     let topk = k.i32_arg(p.topk)?;
     let rows = k.i32_arg(p.rows)?;
@@ -210,6 +296,20 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
     let x = k.buffer(k.ptr_arg(p.x)?, tokens * kb, CachePolicy::Always)?;
     let xs = k.buffer(k.ptr_arg(p.x_scales)?, tokens * ks, CachePolicy::Always)?;
     let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
+    // The biases are loaded before the main loop: their latency hides under its first stage's.
+    let bias = match p.bias {
+        Some(bp) => {
+            let col_of = accum_index(k, tile, &th, &mma, n, bid_x, (0, 1))?;
+            Some(accum_bias(
+                k,
+                expert_bias(k, bp, expert, n)?,
+                &col_of,
+                &mma,
+                n,
+            )?)
+        }
+        None => None,
+    };
     let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
     ml.run()?;
     let out = k.buffer(k.ptr_arg(p.out)?, rows * (n / 4), CachePolicy::Always)?;
@@ -228,6 +328,7 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
         bid_y,
         rows,
         n,
+        bias,
     };
     epi.emit(out, out_scales)
 }
@@ -243,6 +344,8 @@ struct GateUpEpilogue<'a, 'k, 'ctx> {
     bid_y: Int<'k, 'ctx>,
     rows: Int<'k, 'ctx>,
     n: Int<'k, 'ctx>,
+    /// The biases of the lane's values per MMA tile column ([`accum_bias`]), if any.
+    bias: Option<Vec<Vec<Value<'ctx>>>>,
 }
 
 impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
@@ -272,7 +375,12 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         for i in 0..self.mma.num_m {
             for j in 0..self.mma.num_n {
                 let acc = self.mma.accum_tile().load(&Coord::from((i, j)))?;
-                let accs = k.split(acc, values as u32)?;
+                let mut accs = k.split(acc, values as u32)?;
+                if let Some(bias) = &self.bias {
+                    for (a, &b) in accs.iter_mut().zip(&bias[j]) {
+                        *a = k.fadd(*a, b)?;
+                    }
+                }
                 // Each value's (which, static output offset); the lane's part is common.
                 let mut which = Vec::new();
                 for v in 0..values {
@@ -505,7 +613,7 @@ fn quantize_block<'k, 'ctx>(
 pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> {
     let tile = spec.tile(Stage::Down);
     let th = Threads::new(k, tile.warps() as i64)?;
-    let (_, p) = down_signature();
+    let (_, p) = down_signature(spec.has_bias());
     let tokens = k.i32_arg(p.tokens)?;
     let topk = k.i32_arg(p.topk)?;
     let rows = k.i32_arg(p.rows)?;
@@ -530,6 +638,19 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         tile: bid_y,
         sfa: Scales::new(k, sa_buf, preb::pad32(rows), ks)?,
     };
+    // Columns of the output of the wave's accumulators; the biases are loaded before the main
+    // loop, their latency hidden under its first stage's.
+    let col_of = accum_index(k, tile, &th, &mma, n, bid_x, (0, 1))?;
+    let bias = match p.bias {
+        Some(bp) => Some(accum_bias(
+            k,
+            expert_bias(k, bp, expert, n)?,
+            &col_of,
+            &mma,
+            n,
+        )?),
+        None => None,
+    };
     let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
     ml.run()?;
     let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
@@ -545,21 +666,9 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
             k.buffer(k.ptr_arg(p.out)?, pairs * n * 4, CachePolicy::Always)?
         }
     };
-    let (bn, wn) = (tile.bn as i64, tile.wn as i64);
     let atom = &ml.mma.atom;
-    // Rows of the block and columns of the output of the wave's accumulators: index views of
-    // `[BM, N]` tiled by the workgroup's and the wave's tiles and partitioned like them.
-    let index = |strides: (i64, i64)| -> Result<TileTensor<'k, 'ctx>> {
-        let l = Layout::new(
-            (Idx::Static(bm), n.idx()),
-            (Idx::Static(strides.0), Idx::Static(strides.1)),
-        )?;
-        TileTensor::index(k, l)
-            .tile(&[bm, bn], &[Idx::Static(0), bid_x.idx()])?
-            .tile(&[bm, wn], &[Idx::Static(0), th.wave.idx()])?
-            .partition_c(atom, th.lane)
-    };
-    let (row_of, col_of) = (index((1, 0))?, index((0, 1))?);
+    // Rows of the block of the wave's accumulators.
+    let row_of = accum_index(k, tile, &th, &ml.mma, n, bid_x, (1, 0))?;
     // Byte layouts of the output: `[tokens, n]` bf16 or `[pairs, n]` f32.
     let out_layout = match combine {
         super::spec::Combine::Atomic => {
@@ -570,7 +679,13 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         }
     };
     let values = (atom.shape_mnk()[0] * atom.shape_mnk()[1] / 64) as usize;
-    let runs = column_runs(atom, combine)?;
+    let runs = column_runs(
+        atom,
+        match combine {
+            super::spec::Combine::Atomic => 2,
+            super::spec::Combine::SortedReduce => 4,
+        },
+    )?;
     let z = k.i32(0);
     for i in 0..ml.mma.num_m {
         // Every value of tile row i is in one row of the block (checked).
@@ -588,9 +703,13 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
                 let (u, l) = col_of.offsets(&first)?;
                 let col = u + l;
                 let keep = col.lt(&n);
+                // The bias joins the expert's output before the routing weight scales it.
                 let scaled: Vec<Value<'ctx>> = run
                     .iter()
-                    .map(|&v| k.fmul(accs[v], w))
+                    .map(|&v| match &bias {
+                        Some(b) => k.fmul(k.fadd(accs[v], b[j][v])?, w),
+                        None => k.fmul(accs[v], w),
+                    })
                     .collect::<Result<_>>()?;
                 // Padding rows' pair is tokens x topk: their token and pair rows are past the
                 // output's end, so those adds and stores are dropped by the buffer.
@@ -642,16 +761,13 @@ fn uniform_part<'k, 'ctx>(
     Ok(u + l)
 }
 
-/// The accumulator values of one lane grouped into runs of consecutive output columns that
-/// one store (or one packed bf16 atomic: pairs starting on an even column) writes, checked
-/// on the atom's C layout for every lane.
-fn column_runs(atom: &impl MmaAtom, combine: super::spec::Combine) -> Result<Vec<Vec<usize>>> {
+/// The accumulator values of one lane grouped into runs of `width` consecutive output
+/// columns that one access covers (a packed bf16 atomic: 2 from an even column; a 4-dword
+/// store or a 4-bias load: 4 from a multiple of 4), checked on the atom's C layout for every
+/// lane.
+fn column_runs(atom: &impl MmaAtom, width: usize) -> Result<Vec<Vec<usize>>> {
     let [m, n, _] = atom.shape_mnk();
     let values = (m * n / 64) as usize;
-    let width = match combine {
-        super::spec::Combine::Atomic => 2,
-        super::spec::Combine::SortedReduce => 4,
-    };
     let c = atom.c_layout();
     let col = |lane: i64, v: usize| -> Result<i64> {
         let idx = c

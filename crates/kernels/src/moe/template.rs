@@ -26,6 +26,9 @@ pub struct MoeModel {
     pub inter: usize,
     /// The activation.
     pub activation: Activation,
+    /// Whether the experts carry biases (gpt-oss's `gate_up_proj_bias`, `down_proj_bias`).
+    #[serde(default)]
+    pub bias: bool,
     /// Token counts to rank the space at (strictly ascending).
     pub tokens: Vec<usize>,
 }
@@ -143,6 +146,7 @@ impl MoeTemplate {
                                             .b_prefetch(pf)
                                     };
                                     let spec = MoeSpec::new(self.model.activation)
+                                        .bias(self.model.bias)
                                         .block_m(bm)
                                         .gate_up(tile(gbn))
                                         .down(tile(dbn))
