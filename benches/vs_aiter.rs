@@ -82,7 +82,11 @@ fn parse() -> Result<Option<Args>, String> {
                 let v = value("--m")?;
                 let ms = v
                     .split(',')
-                    .map(|x| x.trim().parse::<u32>().map_err(|_| format!("--m {v}: `{x}` is not a number")))
+                    .map(|x| {
+                        x.trim()
+                            .parse::<u32>()
+                            .map_err(|_| format!("--m {v}: `{x}` is not a number"))
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 a.only_m = Some(ms);
             }
@@ -420,7 +424,11 @@ fn theirs(
 
 fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.fold((0.0, 0u32), |(s, n), x| (s + x.ln(), n + 1));
-    if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
+    if n == 0 {
+        f64::NAN
+    } else {
+        (sum / n as f64).exp()
+    }
 }
 
 fn markdown(lines: &[Line], params: &Params) -> String {
@@ -513,7 +521,10 @@ fn csv(lines: &[Line]) -> String {
             l.aiter.us,
             l.aiter.bound,
             l.aiter.mfma_busy,
-            l.aiter.table_us.map(|u| format!("{u:.3}")).unwrap_or_default(),
+            l.aiter
+                .table_us
+                .map(|u| format!("{u:.3}"))
+                .unwrap_or_default(),
             l.aiter.table_kernel.clone().unwrap_or_default(),
             l.ratio
         ));

@@ -41,6 +41,8 @@ pub const MAX_WORKGROUP_SIZE: u32 = 1024;
 pub const SIMDS_PER_CU: u32 = 4;
 /// Wave slots per SIMD.
 pub const MAX_WAVES_PER_SIMD: u32 = 8;
+/// Compute units of an MI355X (8 XCDs x 32): the workgroups one round of a launch runs.
+pub const COMPUTE_UNITS: u32 = 256;
 /// LLVM's calling convention number of `amdgpu_kernel`.
 pub const AMDGPU_KERNEL_CC: u32 = 91;
 

@@ -6,8 +6,8 @@
 //!
 //! The matrix is sized for the emulator on two cores: the shapes (Llama-3-70B-like
 //! 64/8 heads at d = 128, gpt-oss-like 64/8 at d = 64; batch 1 and 8; contexts 1, 17, 255 and
-//! 4096; pages 16 and 64) each appear, but not every combination: the long contexts run at
-//! batch 1, and the batch-8 cases mix the short ones.
+//! 4096; pages 16 and 64) each appear, but not every combination: batch 1 runs each context
+//! alone, and batch 8 mixes all four (and others) in one ragged batch.
 
 use std::time::Instant;
 
@@ -74,6 +74,8 @@ fn small_shapes_every_page_size_and_split() {
             let spec = AttentionSpec::new(group * 2, 2, d, page);
             cases.push((spec, vec![17, 1, 300]));
             cases.push((spec.split_kv(2).waves(2), vec![255, 129]));
+            // Waves merged in LDS (no reduce pass), one of them with no keys.
+            cases.push((spec.waves(3), vec![300, 129]));
         }
     }
     // Groups of 1 and 16.
@@ -93,10 +95,14 @@ fn model_cases(q_heads: u32, kv_heads: u32, head_dim: u32) -> Vec<(AttentionSpec
             cases.push((spec, vec![len]));
         }
         cases.push((spec.split_kv(8).waves(4), vec![4096]));
-        cases.push((
-            spec.split_kv(4).waves(2),
-            vec![1, 17, 255, 4096, 300, 17, 1000, 129],
-        ));
+        // Pages of 16: partials merged by the reduce pass; of 64: by the waves of one
+        // workgroup in LDS.
+        let ragged = if page == 16 {
+            spec.split_kv(4).waves(2)
+        } else {
+            spec.waves(4)
+        };
+        cases.push((ragged, vec![1, 17, 255, 4096, 300, 17, 1000, 129]));
     }
     cases
 }

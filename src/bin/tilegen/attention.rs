@@ -46,12 +46,14 @@ pub struct AttentionArgs {
     /// Rows per page of the KV cache (16, 32 or 64; 0 for a contiguous cache).
     #[arg(long)]
     page_size: u32,
-    /// Workgroups the keys of one (sequence, KV head) are split over.
-    #[arg(long, default_value_t = 1)]
-    split_kv: u32,
-    /// Waves per workgroup (each an independent partial of the keys).
-    #[arg(long, default_value_t = 1)]
-    waves: u32,
+    /// Workgroups the keys of one (sequence, KV head) are split over (default: chosen with
+    /// --waves to fill the 256 CUs, see AttentionSpec::fit_to).
+    #[arg(long)]
+    split_kv: Option<u32>,
+    /// Waves per workgroup, each an independent partial of the keys (default: chosen with
+    /// --split-kv).
+    #[arg(long)]
+    waves: Option<u32>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -90,12 +92,15 @@ const EMITTED: [&str; 14] = [
 ];
 
 pub fn run(a: AttentionArgs) -> Result<()> {
-    let spec = AttentionSpec::new(a.q_heads, a.kv_heads, a.head_dim, a.page_size)
-        .split_kv(a.split_kv)
-        .waves(a.waves);
+    let lens = contexts(&a.context, a.batch)?;
+    let max_context = lens.iter().copied().max().unwrap_or(1) as u32;
+    let fitted = AttentionSpec::new(a.q_heads, a.kv_heads, a.head_dim, a.page_size)
+        .fit_to(a.batch.try_into().unwrap_or(u32::MAX), max_context);
+    let spec = fitted
+        .split_kv(a.split_kv.unwrap_or(fitted.split_kv))
+        .waves(a.waves.unwrap_or(fitted.waves));
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
-    let lens = contexts(&a.context, a.batch)?;
     check_memory(&spec, &lens)?;
     let outputs = match &a.emit_dir {
         Some(dir) => Some(emit_outputs(dir)?),

@@ -467,7 +467,9 @@ pub fn fit(
             let source = if old.starts_with(CALIBRATED_SOURCE) {
                 format!("{CALIBRATED_SOURCE}; flat in the last fit, value kept")
             } else {
-                format!("{old}; not identifiable on the AITER calibration rows (the fit's trials left the error unchanged)")
+                format!(
+                    "{old}; not identifiable on the AITER calibration rows (the fit's trials left the error unchanged)"
+                )
             };
             f.set_source(&mut params, source);
         }

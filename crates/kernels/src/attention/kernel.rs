@@ -2,8 +2,8 @@
 //! wave (see the module documentation of [`super`]).
 
 use tilegen_dsl::{
-    Buffer, CachePolicy, Cond, DslError, Elem, I32Param, Int, Kernel, MmaAtom, PtrParam, Result,
-    Signature, TileTensor, Ty, Value, dev_layout, waitcnt_vmcnt,
+    Buffer, CachePolicy, Cond, DslError, Elem, I32Param, Int, Kernel, Lds, MmaAtom, PtrParam,
+    Result, Signature, TileTensor, Ty, Value, dev_layout, waitcnt_vmcnt,
 };
 use tilegen_layout::{Coord, Idx, IndexValue, Layout};
 use tilegen_mx::attention::{P_SCALE_LOG2, Q_SCALE_EXP_RANGE, sm_log2e};
@@ -13,6 +13,12 @@ use super::spec::AttentionSpec;
 use crate::atom::MFMA_16X16X128_FP8;
 use crate::loader::{KeyOrder, LdsTile, TiledMmaLoader};
 use crate::paged::{PagedRowIndices, RowCopy};
+
+/// XCDs of an MI355X; the dispatcher deals workgroups to them round robin.
+const XCDS: i64 = 8;
+
+/// `s_waitcnt lgkmcnt(0)` (vmcnt and expcnt at their maxima): every LDS read has returned.
+const LGKMCNT_0: u32 = 0xF | (0x3 << 14) | (0x7 << 4);
 
 /// Handles of the main kernel's parameters.
 #[derive(Debug, Clone, Copy)]
@@ -153,10 +159,12 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let tid = k.thread_id()?;
     let wave = k.readfirstlane(tid / 64)?;
     let lane = tid % 64;
-    let bx = k.block_id_x()?;
-    let split = k.block_id_y()?;
-    let (b, h) = (bx / hk, bx % hk);
     let batch = k.i32_arg(p.batch)?;
+    let pairs = batch * hk;
+    let dispatched = k.block_id_x()? + k.block_id_y()? * pairs;
+    let work = xcd_order(dispatched, pairs * i64::from(spec.split_kv));
+    let (split, bx) = (work / pairs, work % pairs);
+    let (b, h) = (bx / hk, bx % hk);
     let stride = k.i32_arg(p.table_stride)?;
     let cache_rows = k.i32_arg(p.cache_rows)?;
     let pidx = split * waves + wave;
@@ -272,30 +280,73 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
         len,
         lane,
         cache_rows,
+        tile_loads: (bn * d / 1024) as u32,
     };
+    // The block-table entries of the tile at `kv0`, one per page piece (as `populate` asks for
+    // them), read as VMEM loads; pieces past the sequence read its last page (any valid page
+    // will do: their rows are masked).
+    let load_entries = |kv0: Int<'k, 'ctx>| -> Result<Vec<Value<'ctx>>> {
+        if page == 0 {
+            return Ok(Vec::new());
+        }
+        let last = (len - 1) / page;
+        (0..i64::from(tile.num_pages()))
+            .map(|j| {
+                let i = ((kv0 + j * i64::from(tile.eff_page())) / page).min(&last);
+                k.buffer_load(&table, k.i32(0), (b * stride + i) * 4, 1)
+            })
+            .collect()
+    };
+    // The tile's rows from entries `load_entries` read (landed).
+    let indices = |kv0: Int<'k, 'ctx>, entries: &[Value<'ctx>]| {
+        if page == 0 {
+            return PagedRowIndices::populate(tile, &(b * stride + kv0), |_| {
+                Err(DslError::Internal("a contiguous cache has no pages".into()))
+            });
+        }
+        let mut next = entries.iter();
+        PagedRowIndices::populate(tile, &kv0, |_: &Int<'_, '_>| {
+            let e = next
+                .next()
+                .ok_or_else(|| DslError::Internal("fewer entries than pages".into()))?;
+            k.readfirstlane(e.int(k)?)
+        })
+    };
+    let paged = |e: crate::paged::PagedError| DslError::Internal(e.to_string());
+    // Loads per K or V tile (1 KB each): what the first wait below leaves outstanding.
+    let tile_loads = copy.tile_loads;
+    // Two stages in flight per wave: while S of tile t is computed, V of t loads; while PV of t
+    // is computed, K of the partial's next tile loads. The issue order K(t), T(t+), V(t)
+    // (T: the next tile's block-table entries) keeps each wait a count of the loads issued
+    // after what it waits for. The loads of the tile after the partial's last are all past
+    // the sequence's end: masked, they read no memory.
+    let step = parts * bn;
+    let kv_first = pidx * bn;
+    let entries = load_entries(kv_first)?;
+    let first = indices(kv_first, &entries)?;
+    copy.stage(
+        k,
+        &kc,
+        &k_tile,
+        &first.k_copies(None).map_err(paged)?,
+        kv_first,
+    )?;
+    let next_vars = load_entries(kv_first + step)?
+        .into_iter()
+        .map(|e| k.var(e))
+        .collect::<Result<Vec<_>>>()?;
+    copy.stage(
+        k,
+        &vc,
+        &v_tile,
+        &first.v_copies(1, 0, None).map_err(paged)?,
+        kv_first,
+    )?;
     k.for_range(pidx, tiles, parts, |t| {
         let kv0 = t * bn;
-        let idx = if page == 0 {
-            PagedRowIndices::populate(tile, &(b * stride + kv0), |_| {
-                Err(DslError::Internal("a contiguous cache has no pages".into()))
-            })?
-        } else {
-            let last = (len - 1) / page;
-            PagedRowIndices::populate(tile, &kv0, |i: &Int<'_, '_>| {
-                let i = i.min(&last);
-                let e = k.buffer_load(&table, k.i32(0), (b * stride + i) * 4, 1)?;
-                k.readfirstlane(e.int(k)?)
-            })?
-        };
-        let k_copies = idx
-            .k_copies(None)
-            .map_err(|e| DslError::Internal(e.to_string()))?;
-        let v_copies = idx
-            .v_copies(1, 0, None)
-            .map_err(|e| DslError::Internal(e.to_string()))?;
-        copy.stage(k, &kc, &k_tile, &k_copies, kv0)?;
-        copy.stage(k, &vc, &v_tile, &v_copies, kv0)?;
-        k.s_waitcnt(waitcnt_vmcnt(0))?;
+        let kv_next = kv0 + step;
+        // K(t) and T(t+) have landed when at most V(t)'s loads are outstanding.
+        k.s_waitcnt(waitcnt_vmcnt(tile_loads))?;
 
         // S^T = K Q^T, scaled to log2 units and masked past the sequence.
         let zero = k.zero(acc_ty);
@@ -336,13 +387,49 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
             .map(|pv| k.fmul(*pv, p_scale))
             .collect::<Result<Vec<_>>>()?;
         let p_op = pack_fp8(k, k.concat(&scaled)?)?;
+        // V(t) (issued after T(t+)) has landed once nothing is outstanding; its strips are
+        // read before the next K is issued, else LLVM makes the reads wait for that K's
+        // LDS-DMA loads too (it does not tell the slots apart). The barrier keeps the
+        // scheduler from hoisting the reads, and with them the wait, over the softmax.
+        k.sched_barrier(0)?;
+        k.s_waitcnt(waitcnt_vmcnt(0))?;
+        let strips = (0..depth_tiles)
+            .map(|dt| loader.load_v_fp8_strip(k, &v_reads, &v_tile, 0, dt))
+            .collect::<Result<Vec<_>>>()?;
+        // The next tile's K into the K slot (its reads were consumed by the S MFMAs), and the
+        // block-table entries of the tile after it; they load under PV.
+        k.sched_barrier(0)?;
+        let entries = next_vars
+            .iter()
+            .map(|v| k.get(v))
+            .collect::<Result<Vec<_>>>()?;
+        let next = indices(kv_next, &entries)?;
+        copy.stage(
+            k,
+            &kc,
+            &k_tile,
+            &next.k_copies(None).map_err(paged)?,
+            kv_next,
+        )?;
+        for (v, e) in next_vars.iter().zip(load_entries(kv_next + step)?) {
+            k.set(v, e)?;
+        }
         // O^T = O^T alpha + V^T P^T.
         let alpha4 = k.splat(alpha, 4)?;
-        for (dt, var) in acc_vars.iter().enumerate() {
-            let v = loader.load_v_fp8_strip(k, &v_reads, &v_tile, 0, dt as i64)?;
+        for (strip, var) in strips.into_iter().zip(&acc_vars) {
             let c_in = k.fmul(k.get(var)?, alpha4)?;
-            k.set(var, atom.mma(k, v, p_op, c_in)?)?;
+            k.set(var, atom.mma(k, strip, p_op, c_in)?)?;
         }
+        // The next tile's V into the V slot once its reads are done.
+        k.sched_barrier(0)?;
+        k.s_waitcnt(LGKMCNT_0)?;
+        copy.stage(
+            k,
+            &vc,
+            &v_tile,
+            &next.v_copies(1, 0, None).map_err(paged)?,
+            kv_next,
+        )?;
         Ok(())
     })?;
 
@@ -357,19 +444,36 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
         .partition_c(&atom, lane)?;
     let (_, my_col) = q_of_c.offsets(&Coord::from((0, 0, 0)))?;
     let c_live: Cond = my_col.lt(&k.i32(g)).into();
-    if parts == 1 {
-        let out = buf(p.out, batch * (hq * d * 2))?;
-        let vs = load_f32(k, &scales_v, h)?;
-        let denom = k.fmul(l_tot, k.f32((1u32 << P_SCALE_LOG2) as f32))?;
-        let f = k.fdiv(vs, denom)?;
-        let has = k.flt(k.f32(0.0), l_tot)?;
-        let f4 = k.splat(k.select(has, f, k.f32(0.0))?, 4)?;
-        let view = TileTensor::index(k, dev_layout(&Layout::new((d, mn), (2, 2 * d))?)?)
-            .partition_c(&atom, lane)?;
-        for (dt, var) in acc_vars.iter().enumerate() {
-            let o = k.convert(k.fmul(k.get(var)?, f4)?, Elem::Bf16)?;
-            let coord = Coord::from((0, dt as i64, 0));
-            store_where(k, &out, &view, coord, q_row0 * (2 * d), o, c_live)?;
+    if !spec.needs_reduce() {
+        let mut acc = acc_vars
+            .iter()
+            .map(|v| k.get(v))
+            .collect::<Result<Vec<_>>>()?;
+        let mut l_tot = l_tot;
+        if waves > 1 {
+            (acc, l_tot) = merge_waves(k, spec, &k_lds, wave, lane, &acc, k.get(&m_var)?, l_tot)?;
+        }
+        let write = || -> Result<()> {
+            let out = buf(p.out, batch * (hq * d * 2))?;
+            let vs = load_f32(k, &scales_v, h)?;
+            let denom = k.fmul(l_tot, k.f32((1u32 << P_SCALE_LOG2) as f32))?;
+            let f = k.fdiv(vs, denom)?;
+            let has = k.flt(k.f32(0.0), l_tot)?;
+            let f4 = k.splat(k.select(has, f, k.f32(0.0))?, 4)?;
+            let view = TileTensor::index(k, dev_layout(&Layout::new((d, mn), (2, 2 * d))?)?)
+                .partition_c(&atom, lane)?;
+            for (dt, a) in acc.iter().enumerate() {
+                let o = k.convert(k.fmul(*a, f4)?, Elem::Bf16)?;
+                let coord = Coord::from((0, dt as i64, 0));
+                store_where(k, &out, &view, coord, q_row0 * (2 * d), o, c_live)?;
+            }
+            Ok(())
+        };
+        if waves > 1 {
+            // Every wave merged the same values; wave 0 writes them.
+            k.if_then(wave.eq(&k.i32(0)), write)?;
+        } else {
+            write()?;
         }
     } else {
         let part_o = buf(p.part_o, batch * (hq * parts * d * 4))?;
@@ -399,6 +503,83 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     Ok(())
 }
 
+/// The work item of dispatched workgroup `i` of `n`: workgroup `i` runs on XCD `i mod 8`
+/// (round robin), so consecutive work items are given to the same XCD, where they run side by
+/// side and share its L2. Neighbouring KV heads of a sequence then read the two halves of the
+/// same 128-byte cache lines (a 64-byte head row) through one L2 instead of fetching each line
+/// from memory once per XCD.
+fn xcd_order<'k, 'ctx>(i: Int<'k, 'ctx>, n: Int<'k, 'ctx>) -> Int<'k, 'ctx> {
+    let x = i % XCDS;
+    // XCD x holds n / 8 workgroups, one more if x < n mod 8; those of the XCDs before it come
+    // first.
+    x * (n / XCDS) + x.min(&(n % XCDS)) + i / XCDS
+}
+
+/// Merges the partials of a workgroup's waves (`split_kv == 1`) in LDS, as the reduce kernel
+/// merges partials (in wave order: `O = sum w_p O_p`, `L = sum w_p l_p`,
+/// `w_p = 2^(m_p - max m)` over the partials that saw keys): each wave leaves its accumulators,
+/// max and sum in its own K slot, lane-private, and every wave merges all of them. Returns the
+/// merged accumulators and sum.
+#[allow(clippy::too_many_arguments)]
+fn merge_waves<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    spec: &AttentionSpec,
+    k_lds: &Lds<'ctx>,
+    wave: Int<'k, 'ctx>,
+    lane: Int<'k, 'ctx>,
+    acc: &[Value<'ctx>],
+    m: Value<'ctx>,
+    l: Value<'ctx>,
+) -> Result<(Vec<Value<'ctx>>, Value<'ctx>)> {
+    let slot = BLOCK_N as i64 * i64::from(spec.head_dim);
+    let tile_bytes = 64 * 16;
+    let ml_at = acc.len() as i64 * tile_bytes;
+    // The slots are reused: the wave's LDS-DMA loads (the masked ones past the sequence's end
+    // too) must have landed, and the barrier does not wait for them.
+    k.s_waitcnt(waitcnt_vmcnt(0))?;
+    let mine = wave * slot + lane * 16;
+    for (dt, a) in acc.iter().enumerate() {
+        k.lds_store(k_lds, mine + dt as i64 * tile_bytes, *a, 16)?;
+    }
+    let ml = k.concat(&[m, l])?;
+    k.lds_store(k_lds, wave * slot + ml_at + lane * 8, ml, 8)?;
+    k.barrier_lds_only()?;
+    let zero = k.f32(0.0);
+    let ml_of = |w: i64| -> Result<(Value<'ctx>, Value<'ctx>)> {
+        let v = k.lds_load(
+            k_lds,
+            lane * 8 + (w * slot + ml_at),
+            Ty::vector(Elem::F32, 2),
+            8,
+        )?;
+        Ok((k.slice(v, 0, 1)?, k.slice(v, 1, 1)?))
+    };
+    let waves = i64::from(spec.waves);
+    let mut big_m = k.f32(f32::NEG_INFINITY);
+    for w in 0..waves {
+        let (m, l) = ml_of(w)?;
+        big_m = k.select(k.flt(zero, l)?, k.fmax(big_m, m)?, big_m)?;
+    }
+    let acc_ty = acc
+        .first()
+        .map(|a| a.ty())
+        .ok_or_else(|| DslError::Internal("no accumulators".into()))?;
+    let mut o = vec![k.zero(acc_ty); acc.len()];
+    let mut l_all = zero;
+    for w in 0..waves {
+        let (m, l) = ml_of(w)?;
+        let weight = k.select(k.flt(zero, l)?, k.exp2(k.fsub(m, big_m)?)?, zero)?;
+        l_all = k.fadd(l_all, k.fmul(weight, l)?)?;
+        let w4 = k.splat(weight, acc_ty.lanes)?;
+        for (dt, o) in o.iter_mut().enumerate() {
+            let at = lane * 16 + (w * slot + dt as i64 * tile_bytes);
+            let v = k.lds_load(k_lds, at, acc_ty, 16)?;
+            *o = k.fadd(*o, k.fmul(v, w4)?)?;
+        }
+    }
+    Ok((o, l_all))
+}
+
 /// `vals` (`<32 x f32>`, already scaled into FP8's range) as 32 FP8 E4M3 codes, `<8 x i32>`,
 /// element `i` at byte `i`.
 fn pack_fp8<'ctx>(k: &Kernel<'ctx>, vals: Value<'ctx>) -> Result<Value<'ctx>> {
@@ -422,6 +603,8 @@ struct CopyPlan<'k, 'ctx> {
     len: Int<'k, 'ctx>,
     lane: Int<'k, 'ctx>,
     cache_rows: Int<'k, 'ctx>,
+    /// Loads a whole tile takes; the kernel's waits count on it.
+    tile_loads: u32,
 }
 
 impl<'k, 'ctx> CopyPlan<'k, 'ctx> {
@@ -464,6 +647,7 @@ impl<'k, 'ctx> CopyPlan<'k, 'ctx> {
             )))?
             .to_value(&z);
         let past = Value::from(cache.records(k));
+        let mut loads = 0;
         for c in copies {
             if i64::from(c.rows) % rows_per_load != 0 {
                 return Err(DslError::Internal(format!(
@@ -484,7 +668,14 @@ impl<'k, 'ctx> CopyPlan<'k, 'ctx> {
                     .crd2idx(&Coord::from((Idx::Static(r), Idx::Static(0))))?
                     .to_value(&z);
                 k.buffer_load_to_lds(cache, &tile.lds, tile.base + at, lane_off, uniform, 16)?;
+                loads += 1;
             }
+        }
+        if loads != self.tile_loads {
+            return Err(DslError::Internal(format!(
+                "a tile took {loads} loads, the waits count {}",
+                self.tile_loads
+            )));
         }
         Ok(())
     }

@@ -30,7 +30,14 @@
 //!    are read with four `ds_read_b64_tr_b8` each in the accumulators' key order
 //!    ([`KeyOrder::Accumulator`](crate::loader::KeyOrder)), so P needs no shuffle.
 //!
-//! With one partial the kernel writes bf16 directly; otherwise it writes each partial's
+//! Each wave keeps two loads in flight: V of a tile loads while its S and softmax are
+//! computed, and K of the wave's next tile (into the K slot, just read) while its PV is.
+//! Workgroups are numbered so that consecutive ones share an XCD (workgroups are dealt to the
+//! 8 XCDs round robin): neighbouring KV heads, which read the two halves of the same 128-byte
+//! lines when `head_dim` is 64, then meet in one L2.
+//!
+//! With one workgroup per (sequence, KV head) the kernel writes bf16 directly (its waves merge
+//! their partials in LDS, as the reduce pass does); otherwise it writes each partial's
 //! unnormalized `O`, max and sum, and a second kernel merges them. The numerics, step by step,
 //! are those of [`tilegen_mx::attention`], which is the reference the tests hold the kernel to.
 //!
@@ -48,6 +55,6 @@ mod spec;
 pub use run::{AttentionBuffers, AttentionLaunchError, AttentionOutput};
 pub use spec::{
     AttentionBuildError, AttentionKernels, AttentionSpec, AttentionSpecError, BuiltKernel,
-    GROUP_SIZES, HEAD_DIMS, MAX_SPLIT_KV, MAX_WAVES, PAGE_SIZES,
+    GROUP_SIZES, HEAD_DIMS, MAX_SPLIT_KV, MAX_WAVES, MIN_TILES_PER_PARTIAL, PAGE_SIZES,
 };
 pub use tilegen_mx::attention::BLOCK_N;

@@ -39,7 +39,7 @@ pub fn signature() -> (Signature, Params) {
     (s, p)
 }
 
-/// Emits the reduce kernel for `spec` (validated, more than one partial).
+/// Emits the reduce kernel for `spec` (validated, `split_kv > 1`).
 pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> {
     let (_, p) = signature();
     let d = i64::from(spec.head_dim);

@@ -62,7 +62,7 @@ pub struct AttentionOutput {
     pub out: Vec<bf16>,
     /// The main kernel's launch report.
     pub main: LaunchReport,
-    /// The reduce kernel's launch report (with more than one partial).
+    /// The reduce kernel's launch report (with `split_kv > 1`).
     pub reduce: Option<LaunchReport>,
 }
 
@@ -175,7 +175,7 @@ impl AttentionKernels {
         let d = shape.head_dim as u64;
         let cache = shape.cache_rows as u64 * shape.kv_heads as u64 * d;
         let parts = u64::from(self.spec.partials());
-        let reduce = parts > 1;
+        let reduce = self.spec.needs_reduce();
         [
             rows * d * 2,
             rows * d * 2,
@@ -190,8 +190,8 @@ impl AttentionKernels {
         ]
     }
 
-    /// Loads both kernels, copies `inputs` to the device, runs the main kernel and (with more
-    /// than one partial) the reduce kernel, and copies the output back. Buffers are freed on
+    /// Loads both kernels, copies `inputs` to the device, runs the main kernel and (with
+    /// `split_kv > 1`) the reduce kernel, and copies the output back. Buffers are freed on
     /// every path.
     pub fn run(
         &self,

@@ -2,7 +2,7 @@
 //! comes back.
 
 use serde::Serialize;
-use tilegen_dsl::target::LDS_BYTES;
+use tilegen_dsl::target::{COMPUTE_UNITS, LDS_BYTES};
 use tilegen_dsl::{CompileOptions, Context, Kernel, KernelAttrs, Timings};
 
 use crate::compiled::{ReportError, ResourceReport};
@@ -20,6 +20,10 @@ pub const PAGE_SIZES: [u32; 4] = [0, 16, 32, 64];
 pub const MAX_SPLIT_KV: u32 = 64;
 /// The most waves per workgroup.
 pub const MAX_WAVES: u32 = 4;
+/// The fewest key tiles [`AttentionSpec::fit_to`] gives a partial: each partial pays a
+/// prologue (Q, the first loads) and an epilogue (its result), and keeps two loads in flight
+/// only from its second tile on.
+pub const MIN_TILES_PER_PARTIAL: u32 = 4;
 
 /// A rule an [`AttentionSpec`] breaks.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -138,6 +142,31 @@ impl AttentionSpec {
         AttentionSpec { sm_scale, ..self }
     }
 
+    /// Chooses `waves` and `split_kv` for `batch` sequences of at most `max_context` keys on
+    /// the [`COMPUTE_UNITS`] compute units: the most waves per workgroup that still leave LDS
+    /// for two workgroups per CU, then enough partials per (sequence, KV head) that the grid's
+    /// waves fill every CU's resident waves once, but no fewer than [`MIN_TILES_PER_PARTIAL`]
+    /// tiles each.
+    pub fn fit_to(self, batch: u32, max_context: u32) -> Self {
+        let lds = |waves: u32| self.waves(waves).lds_bytes().max(1);
+        let waves = (1..=MAX_WAVES)
+            .rev()
+            .find(|&w| 2 * lds(w) <= u64::from(LDS_BYTES))
+            .unwrap_or(1);
+        // Resident waves per CU as LDS allows (allocation granules ignored).
+        let per_cu = waves as u64 * (u64::from(LDS_BYTES) / lds(waves)).max(1);
+        let slots = u64::from(COMPUTE_UNITS) * per_cu;
+        let pairs = (u64::from(batch) * u64::from(self.kv_heads)).max(1);
+        let tiles = u64::from(max_context).div_ceil(BLOCK_N as u64).max(1);
+        let most = (tiles / u64::from(MIN_TILES_PER_PARTIAL)).max(1);
+        let partials = slots.div_ceil(pairs).min(most);
+        let waves = waves.min(partials as u32);
+        let split = partials
+            .div_ceil(u64::from(waves))
+            .min(u64::from(MAX_SPLIT_KV)) as u32;
+        self.waves(waves).split_kv(split)
+    }
+
     /// Query heads per KV head.
     pub fn group(&self) -> u32 {
         self.q_heads / self.kv_heads.max(1)
@@ -146,6 +175,12 @@ impl AttentionSpec {
     /// Partials per (sequence, KV head): `split_kv * waves`.
     pub fn partials(&self) -> u32 {
         self.split_kv * self.waves
+    }
+
+    /// Whether a reduce pass merges the partials: with more than one workgroup per (sequence,
+    /// KV head). The waves of one workgroup merge theirs in LDS.
+    pub fn needs_reduce(&self) -> bool {
+        self.split_kv > 1
     }
 
     /// LDS bytes: a K and a V tile per wave.
@@ -228,8 +263,8 @@ impl AttentionSpec {
         format!("{}_reduce", self.kernel_name())
     }
 
-    /// Validates and compiles the main kernel and, with more than one partial, the reduce
-    /// kernel, in process.
+    /// Validates and compiles the main kernel and, with the keys split over workgroups, the
+    /// reduce kernel, in process.
     pub fn build(&self) -> Result<AttentionKernels, AttentionBuildError> {
         self.build_with(CompileOptions {
             emit_asm: true,
@@ -247,7 +282,7 @@ impl AttentionSpec {
         let main = compile_one(&self.kernel_name(), self.threads(), options, |k| {
             kernel::build(k, self)
         })?;
-        let reduce = if self.partials() > 1 {
+        let reduce = if self.needs_reduce() {
             Some(compile_one(&self.reduce_name(), 64, options, |k| {
                 reduce::build(k, self)
             })?)
@@ -345,8 +380,8 @@ impl BuiltKernel {
     }
 }
 
-/// The compiled kernels of a spec: the main kernel and, with more than one partial, the reduce
-/// kernel.
+/// The compiled kernels of a spec: the main kernel and, with the keys split over workgroups,
+/// the reduce kernel.
 #[derive(Debug, Clone)]
 pub struct AttentionKernels {
     pub(crate) spec: AttentionSpec,
@@ -365,7 +400,7 @@ impl AttentionKernels {
         &self.main
     }
 
-    /// The reduce kernel (with more than one partial).
+    /// The reduce kernel (with `split_kv > 1`).
     pub fn reduce(&self) -> Option<&BuiltKernel> {
         self.reduce.as_ref()
     }
@@ -398,5 +433,25 @@ mod tests {
             assert!(matches!(spec.build(), Err(AttentionBuildError::Spec(_))));
         }
         assert_eq!(ok.waves(4).lds_bytes(), 128 * 1024);
+    }
+
+    #[test]
+    fn fit_fills_the_cus_without_starving_partials() {
+        let fit = |d, batch, context| {
+            let s = AttentionSpec::new(64, 8, d, 16).fit_to(batch, context);
+            assert_eq!(s.validate(), Ok(()), "{s:?}");
+            (s.split_kv, s.waves)
+        };
+        // Batch 64 of 8192 keys: 512 (sequence, KV head) pairs fill 256 CUs with 8 (d = 64) or
+        // 4 (d = 128) resident waves each.
+        assert_eq!(fit(64, 64, 8192), (1, 4));
+        assert_eq!(fit(128, 64, 8192), (1, 2));
+        // One sequence: split as far as its tiles allow.
+        assert_eq!(fit(128, 1, 4096), (4, 2));
+        assert_eq!(fit(64, 1, 1 << 20), (MAX_SPLIT_KV, 4));
+        // Short contexts are not split.
+        assert_eq!(fit(64, 1, 17), (1, 1));
+        assert_eq!(fit(128, 8, 255), (1, 1));
+        assert_eq!(fit(64, 1, 0), (1, 1));
     }
 }
