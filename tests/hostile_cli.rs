@@ -113,11 +113,22 @@ fn huge_problems_are_refused_before_inputs_are_made() {
 }
 
 #[test]
-fn wm_is_refused_where_the_variant_ignores_it() {
+fn settings_the_spec_would_ignore_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("x.hsaco");
-    let o = tilegen(&["build", "--wm", "32", "-o", path(&x)]);
-    refused(&o, "wm would be ignored");
+    let o = tilegen(&["build", "--mfma-cluster", "2", "-o", path(&x)]);
+    refused(&o, "mfma_cluster would be ignored");
+    assert!(!x.exists());
+    let o = tilegen(&[
+        "build",
+        "--variant",
+        "lds",
+        "--split-k",
+        "2",
+        "-o",
+        path(&x),
+    ]);
+    refused(&o, "split_k applies to the preb variant only");
     assert!(!x.exists());
 }
 

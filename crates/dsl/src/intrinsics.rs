@@ -7,6 +7,7 @@ pub const KNOWN: &[&str] = &[
     "llvm.amdgcn.workitem.id.x",
     "llvm.amdgcn.workgroup.id.x",
     "llvm.amdgcn.workgroup.id.y",
+    "llvm.amdgcn.workgroup.id.z",
     "llvm.amdgcn.readfirstlane.i32",
     "llvm.amdgcn.make.buffer.rsrc",
     "llvm.amdgcn.raw.ptr.buffer.load",

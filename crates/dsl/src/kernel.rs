@@ -357,6 +357,32 @@ impl<'ctx> Kernel<'ctx> {
         self.id_call("llvm.amdgcn.workgroup.id.y")
     }
 
+    /// Lets the register allocator hold MFMA accumulators in AGPRs (`amdgpu-agpr-alloc`
+    /// = `min_agprs`). Without it LLVM's attributor, seeing no AGPR use, pins the AGPR
+    /// budget to zero, MFMAs take the VGPR form, and past 256 registers a wave spills; with
+    /// it MFMAs write `a[...]` and a wave at one per SIMD has 256 VGPRs besides.
+    pub fn allow_agprs(&self, min_agprs: u32) -> Result<()> {
+        if min_agprs > target::MAX_ARCH_VGPRS {
+            return Err(DslError::Operand {
+                op: "allow_agprs",
+                rule: format!(
+                    "{min_agprs} AGPRs: a lane has at most {}",
+                    target::MAX_ARCH_VGPRS
+                ),
+            });
+        }
+        let attr = self
+            .ctx
+            .create_string_attribute("amdgpu-agpr-alloc", &min_agprs.to_string());
+        self.func.add_attribute(AttributeLoc::Function, attr);
+        Ok(())
+    }
+
+    /// Workgroup id (z).
+    pub fn block_id_z(&self) -> Result<Int<'_, 'ctx>> {
+        self.id_call("llvm.amdgcn.workgroup.id.z")
+    }
+
     /// Makes a value wave-uniform (an SGPR) by reading lane 0; the caller asserts it is uniform.
     pub fn readfirstlane(&self, v: Int<'_, 'ctx>) -> Result<Int<'_, 'ctx>> {
         let r = self

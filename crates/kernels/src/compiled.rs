@@ -160,6 +160,10 @@ impl KernelSpec {
             waves_per_eu: self.waves_per_eu,
         };
         let built = compile_kernel(&name, &gemm::params(), attrs, options, |k| {
+            if self.acc_agprs {
+                // Validation caps the accumulators at a lane's AGPRs.
+                k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
+            }
             match self.variant {
                 Variant::Preb => preb::build(k, self),
                 Variant::Lds => lds::build(k, self),

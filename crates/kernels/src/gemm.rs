@@ -432,22 +432,7 @@ pub fn store_c<'k, 'ctx>(
     out: OutDtype,
 ) -> Result<()> {
     let k = cx.k;
-    let bits = out.bytes() * 8;
-    // C's resource is made here, after the main loop, so it holds no SGPRs during it.
-    let c_bytes = cx.m * cx.n * out.bytes() as i64;
-    let c = cx.buffer(cx.params.c, c_bytes, CachePolicy::Always)?;
-    let c = TileTensor::packed(k, Storage::Global(c), cx.row_major(cx.m, cx.n, 1), bits)?;
-    // Column indices of C, tiled and partitioned like C itself: the store predicates.
-    let cols = TileTensor::index(
-        k,
-        Layout::new((cx.m.idx(), cx.n.idx()), (Idx::Static(0), Idx::Static(1)))?,
-    );
-    let fragment = |t: &TileTensor<'k, 'ctx>| {
-        t.tile(&block.0, &block.1.map(Int::idx))?
-            .tile(&wave.0, &wave.1.map(Int::idx))?
-            .partition_c(&mma.atom, cx.lane)
-    };
-    let (c, cols) = (fragment(&c)?, fragment(&cols)?);
+    let (c, cols, _) = c_fragments(cx, mma, block, wave, out)?;
     let elem = match out {
         OutDtype::F32 => Elem::F32,
         OutDtype::Bf16 => Elem::Bf16,
@@ -461,6 +446,73 @@ pub fn store_c<'k, 'ctx>(
                 let (col, _) = cols.offsets(first)?;
                 Ok(Some(col.lt(&cx.n).into()))
             })?;
+        }
+    }
+    Ok(())
+}
+
+/// C's view (`out` elements) and its column-index twin, tiled to the wave's fragment of tile
+/// `wave` of tile `block` and partitioned like the accumulators; and C's buffer.
+#[allow(clippy::type_complexity)]
+fn c_fragments<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    block: TileAt<'k, 'ctx>,
+    wave: TileAt<'k, 'ctx>,
+    out: OutDtype,
+) -> Result<(TileTensor<'k, 'ctx>, TileTensor<'k, 'ctx>, Buffer<'ctx>)> {
+    let k = cx.k;
+    let bits = out.bytes() * 8;
+    // C's resource is made here, after the main loop, so it holds no SGPRs during it.
+    let c_bytes = cx.m * cx.n * out.bytes() as i64;
+    let buf = cx.buffer(cx.params.c, c_bytes, CachePolicy::Always)?;
+    let c = TileTensor::packed(k, Storage::Global(buf), cx.row_major(cx.m, cx.n, 1), bits)?;
+    // Column indices of C, tiled and partitioned like C itself: the store predicates.
+    let cols = TileTensor::index(
+        k,
+        Layout::new((cx.m.idx(), cx.n.idx()), (Idx::Static(0), Idx::Static(1)))?,
+    );
+    let fragment = |t: &TileTensor<'k, 'ctx>| {
+        t.tile(&block.0, &block.1.map(Int::idx))?
+            .tile(&wave.0, &wave.1.map(Int::idx))?
+            .partition_c(&mma.atom, cx.lane)
+    };
+    Ok((fragment(&c)?, fragment(&cols)?, buf))
+}
+
+/// Adds the accumulators of a wave into C with buffer atomics (split-K: every K slice adds its
+/// partial tile into a C that starts at zero). Placement and masking are [`store_c`]'s. The
+/// accumulators hold `C^T` tiles, so a lane's values are consecutive columns of one row: bf16
+/// pairs go out with one `buffer_atomic_pk_add_bf16` each (the C view vectorized by two
+/// checks that they are contiguous), f32 values with one `buffer_atomic_add_f32` each.
+pub fn atomic_add_c<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    block: TileAt<'k, 'ctx>,
+    wave: TileAt<'k, 'ctx>,
+    out: OutDtype,
+) -> Result<()> {
+    let k = cx.k;
+    let (c, cols, buf) = c_fragments(cx, mma, block, wave, out)?;
+    let (width, elem) = match out {
+        OutDtype::F32 => (1, Elem::F32),
+        OutDtype::Bf16 => (2, Elem::Bf16),
+    };
+    let c = c.vectorize(&[width, 1, 1])?;
+    let acc_tile = mma.accum_tile();
+    let past_end = buf.records(k);
+    for i in 0..mma.num_m {
+        for j in 0..mma.num_n {
+            let acc = k.convert(acc_tile.load(&Coord::from((i, j)))?, elem)?;
+            let parts = acc.ty().lanes / width as u32;
+            for (p, x) in k.split(acc, parts)?.into_iter().enumerate() {
+                let at = |first: i64| Coord::from((first, i as i64, j as i64));
+                let (base, lane) = c.offsets(&at(p as i64))?;
+                let (col, _) = cols.offsets(&at(p as i64 * width))?;
+                // Columns past N: the add points past the buffer's end and is dropped.
+                let base = base.select(col.lt(&cx.n), &past_end);
+                k.buffer_atomic_fadd(&buf, x, lane, base)?;
+            }
         }
     }
     Ok(())

@@ -4,10 +4,10 @@
 use tilegen_device::{
     ArgValue, Buffer, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
 };
-use tilegen_mx::{Comparison, MxError, MxMatrix, Reference, Shuffler};
+use tilegen_mx::{Comparison, ElementDiff, MxError, MxMatrix, Reference, Shuffler};
 
 use crate::compiled::CompiledKernel;
-use crate::spec::{OutDtype, Variant};
+use crate::spec::{KernelSpec, OutDtype, Variant};
 
 /// Why a GEMM could not run.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +93,8 @@ pub struct GemmOutput {
     n: usize,
     dtype: OutDtype,
     bytes: Vec<u8>,
+    /// Rounding adds into each element: split-K slices adding bf16 (0: rounded once).
+    rounded_adds: u32,
 }
 
 impl GemmOutput {
@@ -127,8 +129,15 @@ impl GemmOutput {
         }
     }
 
-    /// Compares with the reference product, with the rounding of the output type.
+    /// Compares with the reference product, with the rounding of the output type. A bf16 C
+    /// that split-K slices added into is held to their bound: each of `S` slices rounds its
+    /// partial to bf16 and its add into C rounds again, every value at most the sum of the
+    /// element's term magnitudes, so the error is at most `S` bf16 ulps of that sum (plus
+    /// the f32 accumulation bound).
     pub fn compare(&self, reference: &Reference) -> Result<Comparison, MxError> {
+        if self.dtype == OutDtype::Bf16 && self.rounded_adds > 1 {
+            return self.compare_rounded_adds(reference);
+        }
         match self.dtype {
             OutDtype::Bf16 => {
                 let got: Vec<half::bf16> = self
@@ -171,6 +180,78 @@ pub fn check_problem(m: usize, n: usize, k: usize, out_bytes: usize) -> Result<(
         }
     }
     Ok(())
+}
+
+impl GemmOutput {
+    fn compare_rounded_adds(&self, reference: &Reference) -> Result<Comparison, MxError> {
+        let got = self.to_f32();
+        let (c, abs_sum) = (reference.c(), reference.abs_sum());
+        if got.len() != c.len() {
+            return Err(MxError::ShapeMismatch {
+                rows: reference.rows(),
+                cols: reference.cols(),
+                actual: got.len(),
+            });
+        }
+        let per_block = reference.k_blocks() as f64 * f64::from(f32::EPSILON);
+        let adds = f64::from(self.rounded_adds);
+        let mut cmp = Comparison {
+            elements: got.len(),
+            mismatches: 0,
+            worst: None,
+        };
+        let mut worst_ratio = -1.0;
+        for (i, (&g, (&w, &s))) in got.iter().zip(c.iter().zip(abs_sum)).enumerate() {
+            // The magnitude sum is itself an f32 sum: 1% above it covers its rounding.
+            let mag = f64::from(s) * 1.01;
+            let d = ElementDiff {
+                row: i / reference.cols(),
+                col: i % reference.cols(),
+                got: g,
+                want: w,
+                bound: per_block * f64::from(s) + adds * bf16_spacing(mag),
+            };
+            if !d.agrees() {
+                cmp.mismatches += 1;
+            }
+            if d.ratio() > worst_ratio {
+                worst_ratio = d.ratio();
+                cmp.worst = Some(d);
+            }
+        }
+        Ok(cmp)
+    }
+}
+
+/// The spacing of bf16 values at magnitude `x` (8 significant bits; the subnormal spacing
+/// below the normal range).
+fn bf16_spacing(x: f64) -> f64 {
+    if x < 2f64.powi(-126) {
+        return 2f64.powi(-133);
+    }
+    2f64.powi(x.log2().floor() as i32 - 7)
+}
+
+impl KernelSpec {
+    /// Checks `m x n x k` against this kernel: [`check_problem`] with its output type, and with
+    /// split-K a K that divides into `split_k` slices of whole `bk_elems` tiles.
+    pub fn check_problem(&self, m: usize, n: usize, k: usize) -> Result<(), LaunchError> {
+        check_problem(m, n, k, self.out_dtype.bytes() as usize)?;
+        let slice = self.split_k as usize * self.bk_elems as usize;
+        if self.split_k > 1 && !k.is_multiple_of(slice) {
+            return Err(LaunchError::Shape {
+                m,
+                n,
+                k,
+                rule: format!(
+                    "K must be a multiple of split_k x bk_elems = {} x {} = {slice} (each K \
+                     slice runs whole tiles)",
+                    self.split_k, self.bk_elems
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl GemmInputs {
@@ -257,7 +338,7 @@ impl CompiledKernel {
         n: usize,
         k: usize,
     ) -> Result<GemmBufferSizes, LaunchError> {
-        check_problem(m, n, k, self.spec.out_dtype.bytes() as usize)?;
+        self.spec.check_problem(m, n, k)?;
         let (sfa, sfb) = match self.spec.variant {
             Variant::Lds => (m * k / 32, n * k / 32),
             Variant::Preb => {
@@ -289,13 +370,19 @@ impl CompiledKernel {
         ]
     }
 
-    /// Workgroups for an `m x n` output: `(ceil(N / BN), ceil(M / BM), 1)`.
+    /// Workgroups for an `m x n` output: `(ceil(N / BN), ceil(M / BM), split_k)`.
     pub fn grid(&self, m: usize, n: usize) -> [u32; 3] {
         [
             n.div_ceil(self.spec.bn as usize) as u32,
             m.div_ceil(self.spec.bm as usize) as u32,
-            1,
+            self.spec.split_k,
         ]
+    }
+
+    /// Whether the kernel adds into C instead of storing it (split-K), so C must hold zeros
+    /// when it starts.
+    pub fn accumulates_into_c(&self) -> bool {
+        self.spec.split_k > 1
     }
 
     /// The launch shape for an `m x n` output.
@@ -322,7 +409,8 @@ impl CompiledKernel {
         Ok(device.load(self.code_object())?)
     }
 
-    /// Launches on buffers already on the device.
+    /// Launches on buffers already on the device. A split-K kernel adds into C, so C is
+    /// zeroed first (a host copy of zeros: the device API has no fill).
     pub fn launch(
         &self,
         device: &dyn Device,
@@ -332,7 +420,10 @@ impl CompiledKernel {
         n: usize,
         k: usize,
     ) -> Result<LaunchReport, LaunchError> {
-        check_problem(m, n, k, self.spec.out_dtype.bytes() as usize)?;
+        self.spec.check_problem(m, n, k)?;
+        if self.accumulates_into_c() {
+            device.copy_to_device(bufs.c, &vec![0u8; self.c_bytes(m, n)])?;
+        }
         let args = self.arguments(bufs, m, n, k);
         Ok(tilegen_device::launch(
             device,
@@ -388,6 +479,11 @@ impl CompiledKernel {
             n: inputs.n,
             dtype: self.spec.out_dtype,
             bytes,
+            rounded_adds: if self.accumulates_into_c() {
+                self.spec.split_k
+            } else {
+                0
+            },
         };
         Ok((c, report))
     }

@@ -2,10 +2,12 @@
 //! straight into VGPRs with one `buffer_load_dwordx4` per lane and MFMA; both scale tensors in the
 //! Shuffler's 4D layout, one dword per lane covering a 2x2 (MN pack, K pack) block.
 //!
-//! One wave covers all `BM` rows (`num_warps_m == 1`: with B never in LDS there is no reuse of
-//! B across M waves) and `WN` columns; waves split `BN`. Every fragment, scale and accumulator
-//! position comes from the atom's layouts applied to the Shuffler's layouts, so the kernel runs
-//! with either MFMA shape: a 16-byte FP4 fragment is contiguous in the preshuffled B for both.
+//! A wave covers `WM` rows and `WN` columns; waves split `BN` and, for tiles too large for one
+//! wave's registers, `BM` (by default `WM = BM`: B never passes through LDS, so waves along M
+//! each load the same B fragments, from the caches after the first). Every fragment, scale and
+//! accumulator position comes from the atom's layouts applied to the Shuffler's layouts, so the
+//! kernel runs with either MFMA shape: a 16-byte FP4 fragment is contiguous in the preshuffled B
+//! for both.
 //!
 //! The pipeline is written once over its operands ([`Mainloop`]): where A's tiles and scales
 //! come from is an [`AOperand`] (contiguous rows here, gathered or sorted rows in the grouped
@@ -238,6 +240,13 @@ pub(crate) trait AOperand<'k, 'ctx> {
     ) -> Result<Box<dyn ScaleFragments<'k, 'ctx> + 'k>>
     where
         Self: Sized;
+
+    /// Whether [`AOperand::scales`] gives each wave the scales of its own `WM` rows
+    /// ([`Mainloop::wave_m`]), so waves may split `BM`; an operand that gives every wave the
+    /// scales of all `BM` rows runs only with `WM = BM`.
+    fn splits_rows(&self) -> bool {
+        false
+    }
 }
 
 /// A: rows `tile * BM ..` of a row-major `[M, K/2]` matrix, its scales in the Shuffler's 4D
@@ -285,11 +294,17 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
         let lane = ml.th.lane;
         let k_blocks = steps * ml.k_blocks_per_step();
         let sf = |v: &TileTensor<'k, 'ctx>| v.partition_sfa(atom, lane);
+        // The wave's WM rows: its strip of the workgroup's BM, counted in WM like B's rows.
+        let (waves_m, _) = ml.spec.wave_grid();
         let rows = Rows {
-            rows: ml.spec.bm as i64,
-            tile: self.tile,
+            rows: ml.spec.warp_m() as i64,
+            tile: self.tile * waves_m as i64 + ml.wave_m(),
         };
         Ok(Box::new(self.sfa.fragments(sf, rows, k_blocks, t)?))
+    }
+
+    fn splits_rows(&self) -> bool {
+        true
     }
 }
 
@@ -318,6 +333,11 @@ pub(crate) struct Mainloop<'s, 'k, 'ctx, A> {
     /// Emit the loop over the K past the last full tile (the GEMM's launch contract allows
     /// such K; a caller whose K is always whole tiles leaves it out).
     pub(crate) tail: bool,
+    /// The K tiles this workgroup runs, `(first, count)` in units of `BK_ELEMS`: all of K, or
+    /// one split-K slice ([`Mainloop::k_slice`]).
+    tiles: (Int<'k, 'ctx>, Int<'k, 'ctx>),
+    /// Whether [`Mainloop::k_slice`] chose the tiles.
+    sliced: bool,
 }
 
 /// Emits the body of the preshuffled-B kernel for `spec` (already validated).
@@ -342,17 +362,24 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
         sfa: Scales::new(k, sfa, pad32(m), ks)?,
     };
     let sfb = Scales::new(k, sfb, pad32(n), ks)?;
-    let p = Mainloop::new(spec, *cx, cx.kdim, a, b, sfb, bid_x, slots, mma, true);
+    let mut p = Mainloop::new(spec, *cx, cx.kdim, a, b, sfb, bid_x, slots, mma, true);
+    if spec.split_k > 1 {
+        p = p.k_slice(k.block_id_z()?, spec.split_k);
+    }
     p.run()?;
-    let (bm, bn, wn) = (spec.bm as i64, spec.bn as i64, spec.wn as i64);
-    let wave = ([bm, wn], [p.k().i32(0), p.th.wave]);
-    gemm::store_c(
-        &cx,
-        &p.mma,
-        ([bm, bn], [bid_y, bid_x]),
-        wave,
-        spec.out_dtype,
-    )
+    let (bm, bn, wm, wn) = (
+        spec.bm as i64,
+        spec.bn as i64,
+        spec.warp_m() as i64,
+        spec.wn as i64,
+    );
+    let wave = ([wm, wn], [p.wave_m(), p.wave_n()]);
+    let block = ([bm, bn], [bid_y, bid_x]);
+    if spec.split_k > 1 {
+        gemm::atomic_add_c(&cx, &p.mma, block, wave, spec.out_dtype)
+    } else {
+        gemm::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
+    }
 }
 
 /// `v` rounded up to the Shuffler's 32-row scale block, as the host preshuffle pads scale rows.
@@ -383,7 +410,7 @@ pub(crate) fn mma_state<'k, 'ctx>(
     let shape: MfmaShape = spec.mma;
     let mn = shape.mn() as usize;
     let slots = crate::gemm::alloc_lds(k, spec)?;
-    let (nm, nn) = (spec.bm as usize / mn, spec.wn as usize / mn);
+    let (nm, nn) = (spec.warp_m() as usize / mn, spec.wn as usize / mn);
     Ok((slots, BlockScaledMmaOp::new(k, shape, nm, nn)?))
 }
 
@@ -403,7 +430,10 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         tail: bool,
     ) -> Self {
         let shape: MfmaShape = spec.mma;
+        let tiles = (kdim.kernel().i32(0), kdim / spec.bk_elems as i64);
         Mainloop {
+            tiles,
+            sliced: false,
             spec,
             th,
             kdim,
@@ -421,8 +451,48 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         }
     }
 
+    /// Runs slice `slice` of `slices` equal K slices instead of all of K (split-K). The launch
+    /// contract makes K a multiple of `slices * BK_ELEMS`, so a slice is whole tiles and has
+    /// no tail.
+    pub(crate) fn k_slice(mut self, slice: Int<'k, 'ctx>, slices: u32) -> Self {
+        let count = self.kdim / (i64::from(slices) * self.spec.bk_elems as i64);
+        self.tiles = (slice * count, count);
+        self.tail = false;
+        self.sliced = true;
+        self
+    }
+
+    /// The wave's strip along M (0 when waves do not split `BM`): waves run along N first.
+    pub(crate) fn wave_m(&self) -> Int<'k, 'ctx> {
+        match self.spec.wave_grid() {
+            (1, _) => self.k().i32(0),
+            (_, waves_n) => self.th.wave / waves_n as i64,
+        }
+    }
+
+    /// The wave's strip along N.
+    pub(crate) fn wave_n(&self) -> Int<'k, 'ctx> {
+        match self.spec.wave_grid() {
+            (1, _) => self.th.wave,
+            (_, waves_n) => self.th.wave % waves_n as i64,
+        }
+    }
+
     /// Emits the K loop (and the tail, if asked for): the accumulators then hold the tile.
     pub(crate) fn run(&self) -> Result<()> {
+        // Settings only some callers implement are refused, not ignored.
+        let refuse = |rule: &str| {
+            Err(tilegen_dsl::DslError::Operand {
+                op: "preb mainloop",
+                rule: rule.into(),
+            })
+        };
+        if self.spec.warp_m() != self.spec.bm && !self.a.splits_rows() {
+            return refuse("this kernel's A operand runs with wm = bm only");
+        }
+        if self.spec.split_k > 1 && !self.sliced {
+            return refuse("this kernel does not split K (split_k must be 1)");
+        }
         self.main_loop()?;
         if self.tail {
             self.tail()?;
@@ -432,11 +502,6 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
 
     pub(crate) fn k(&self) -> &'k Kernel<'ctx> {
         self.th.k
-    }
-
-    /// Full tiles of `BK_ELEMS`.
-    fn tiles(&self) -> Int<'k, 'ctx> {
-        self.kdim / self.spec.bk_elems as i64
     }
 
     /// Bytes of packed FP4 per row in one MFMA K step.
@@ -470,7 +535,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let s = self.spec;
         Rows {
             rows: s.wn as i64,
-            tile: self.b_tile * (s.bn / s.wn) as i64 + self.th.wave,
+            tile: self.b_tile * (s.bn / s.wn) as i64 + self.wave_n(),
         }
     }
 
@@ -541,9 +606,17 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let k = self.k();
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
-        let a_frag = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
-            .swizzled(gemm::operand_swizzle(self.spec, steps * self.step_bytes())?)?
-            .partition_a(&self.mma.atom, self.th.lane)?;
+        let slot_tile = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
+            .swizzled(gemm::operand_swizzle(self.spec, steps * self.step_bytes())?)?;
+        // The wave's WM rows of the workgroup's BM in the slot.
+        let wave_tile = match self.spec.wave_grid() {
+            (1, _) => slot_tile,
+            _ => slot_tile.tile(
+                &[self.spec.warp_m() as i64, cols],
+                &[self.wave_m().idx(), Idx::Static(0)],
+            )?,
+        };
+        let a_frag = wave_tile.partition_a(&self.mma.atom, self.th.lane)?;
         let a_sf = self.a_scales(t, steps)?;
         let a_dwords = a_sf.load(k)?;
         let b_sf = self.b_scales(t, steps)?;
@@ -603,11 +676,12 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     fn main_loop(&self) -> Result<()> {
         let k = self.k();
         let steps = self.spec.bk_elems as i64 / self.step_elems;
-        let tiles = self.tiles();
+        let (first, count) = self.tiles;
+        let end = first + count;
         let tile_kb = |t: Int<'k, 'ctx>| t * self.tile_bytes;
         if !self.spec.b_prefetch {
             let regs = self.new_regs(steps)?;
-            return k.for_range(k.i32(0), tiles, 1, |t| {
+            return k.for_range(first, end, 1, |t| {
                 self.stage_a(0, tile_kb(t), steps)?;
                 self.load_b(&regs, t, steps)?;
                 k.barrier()?;
@@ -618,16 +692,17 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         // Depth-2 pipeline, unrolled by two so each half's register and LDS slot are static.
         let regs = [self.new_regs(steps)?, self.new_regs(steps)?];
         let deep = self.spec.deep_prime;
-        let zero = k.i32(0);
+        let last = end - 1;
         let mut prologue_loads = 0;
-        k.if_then(zero.lt(&tiles), || {
-            self.stage_a(0, zero, steps)?;
+        k.if_then(k.i32(0).lt(&count), || {
+            self.stage_a(0, tile_kb(first), steps)?;
             if deep {
-                // Tile 1 into slot 1 (tile 0 again when there is only one: the 1-deep fallback).
-                let one = k.i32(1).min(&(tiles - 1));
-                self.stage_a(1, tile_kb(one), steps)?;
+                // The second tile into slot 1 (the first again when there is only one: the
+                // 1-deep fallback).
+                let second = (first + 1).min(&last);
+                self.stage_a(1, tile_kb(second), steps)?;
             }
-            prologue_loads = self.load_b(&regs[0], zero, steps)?;
+            prologue_loads = self.load_b(&regs[0], first, steps)?;
             Ok(())
         })?;
         self.stage_barrier(prologue_loads)?;
@@ -637,7 +712,6 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         // each MFMA waits only for its own fragments. Tile indices past the last tile are
         // clamped to it instead of branched around: the extra loads land in a free slot or in
         // registers nothing reads again.
-        let last = tiles - 1;
         let half = |t: Int<'k, 'ctx>, cur: usize| -> Result<()> {
             let nxt = 1 - cur;
             let b_tile = (t + 1).min(&last);
@@ -666,10 +740,10 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             }
             Ok(())
         };
-        k.for_range(k.i32(0), tiles, 2, |t| {
+        k.for_range(first, end, 2, |t| {
             half(t, 0)?;
             let t1 = t + 1;
-            k.if_then(t1.lt(&tiles), || half(t1, 1))
+            k.if_then(t1.lt(&end), || half(t1, 1))
         })
     }
 
@@ -682,7 +756,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         }
         let k = self.k();
         let steps_per_tile = self.spec.bk_elems as i64 / self.step_elems;
-        let first = self.tiles() * steps_per_tile;
+        let first = (self.tiles.0 + self.tiles.1) * steps_per_tile;
         let total = self.kdim / self.step_elems;
         let regs = self.new_regs(1)?;
         k.for_range(first, total, 1, |st| {

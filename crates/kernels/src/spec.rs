@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use tilegen_dsl::target::{
-    LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE, WAVE_SIZE,
+    LDS_BYTES, MAX_ARCH_VGPRS, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE,
+    SIMDS_PER_CU, WAVE_SIZE,
 };
 pub use tilegen_dsl::{CachePolicy, MfmaShape};
 
@@ -96,13 +97,13 @@ pub enum SpecError {
         /// Why.
         why: &'static str,
     },
-    /// BM or WN of the preshuffled-B kernel: its scale dwords pair 16-row (16-column) MFMA
+    /// BM, WM or WN of the preshuffled-B kernel: its scale dwords pair 16-row (16-column) MFMA
     /// tiles, so a wave's tiles must start on a pair unless it has only one.
     #[error(
         "{name} = {value} must be 16 or a multiple of 32 (one scale dword covers a 32-{what} pair of MFMA tiles)"
     )]
     PairRule {
-        /// `bm` or `wn`.
+        /// `bm`, `wm` or `wn`.
         name: &'static str,
         /// Value.
         value: u32,
@@ -198,7 +199,7 @@ pub struct SpecValues {
     pub bn: u32,
     /// K elements per pipeline stage.
     pub bk_elems: u32,
-    /// Rows per wave (the preb variant fixes it to `bm`).
+    /// Rows per wave: waves split `BM` into `BM / WM` strips (and `BN` into `BN / WN`).
     pub wm: u32,
     /// Columns per wave.
     pub wn: u32,
@@ -223,6 +224,18 @@ pub struct SpecValues {
     /// Occupancy target: at least this many waves per SIMD (1..=8), which bounds the registers
     /// the compiler may use (it spills past them). `None` lets the compiler choose.
     pub waves_per_eu: Option<u32>,
+    /// Split-K: the launch grid's z dimension runs this many K slices of the problem, each
+    /// adding its partial product into C with atomics (preb; 1 = no split). See
+    /// [`KernelSpec::split_k`].
+    #[serde(default = "one")]
+    pub split_k: u32,
+    /// Let the MFMA accumulators live in AGPRs (see [`KernelSpec::acc_agprs`]).
+    #[serde(default)]
+    pub acc_agprs: bool,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Setters that a variant may ignore, recorded when called.
@@ -328,6 +341,8 @@ impl KernelSpec {
             mfma_cluster: 4,
             deep_prime: false,
             waves_per_eu: None,
+            split_k: 1,
+            acc_agprs: false,
         }
         .into()
     }
@@ -346,19 +361,33 @@ impl KernelSpec {
         .into()
     }
 
+    /// Most K slices [`KernelSpec::split_k`] takes: each split adds one more rounding into
+    /// C and one more pass of atomics over it, and past 64 slices the atomics cost more than
+    /// the extra workgroups recover on 256 CUs.
+    pub const MAX_SPLIT_K: u32 = 64;
+
     /// The values only.
     pub fn values(&self) -> &SpecValues {
         &self.values
     }
 
-    setter!(bm, u32, "Rows of C per workgroup.");
+    /// Rows of C per workgroup. On a preb spec whose `wm` was not set, `wm` follows: one wave
+    /// covers all `BM` rows, as before waves could split `BM`.
+    pub fn bm(mut self, v: u32) -> Self {
+        self.values.bm = v;
+        if self.variant == Variant::Preb && !self.explicit.has(Explicit::WM) {
+            self.values.wm = v;
+        }
+        self
+    }
+
     setter!(bn, u32, "Columns of C per workgroup.");
     setter!(bk_elems, u32, "K elements per stage.");
     setter!(
         wm,
         u32,
         Explicit::WM,
-        "Rows per wave (LDS variant; preb waves cover all BM rows)."
+        "Rows per wave (preb: by default all BM rows; smaller splits BM across waves)."
     );
     setter!(wn, u32, "Columns per wave.");
     setter!(mma, MfmaShape, Explicit::MMA, "MFMA shape.");
@@ -405,12 +434,48 @@ impl KernelSpec {
         "Stage A two tiles ahead (preb, b_prefetch)."
     );
 
+    /// Lets the MFMA accumulators live in AGPRs: the kernel asks LLVM for at least as many
+    /// AGPRs as it has accumulator dwords (`amdgpu-agpr-alloc`), so MFMAs write `a[...]` and
+    /// the architectural VGPRs stay for operands and addresses. Without it LLVM sees no AGPR
+    /// use, pins the AGPR budget to zero and keeps accumulators in VGPRs, so a wave spills
+    /// past 256 registers even at one wave per SIMD, where 512 are there.
+    pub fn acc_agprs(mut self, on: bool) -> Self {
+        self.values.acc_agprs = on;
+        self
+    }
+
+    /// Accumulator dwords per lane: the wave's MMA tiles times the atom's accumulator size.
+    pub fn accumulator_dwords(&self) -> u64 {
+        let s = self.mma;
+        u64::from(self.warp_m() / s.mn()) * u64::from(self.wn / s.mn()) * u64::from(s.acc_dwords())
+    }
+
+    /// Splits K into `splits` slices run by the grid's z dimension (preb; 1..=
+    /// [`KernelSpec::MAX_SPLIT_K`], default 1), so a problem with few `BM x BN` tiles (decode,
+    /// small M) still fills the GPU. Each slice adds its partial tile into C with buffer
+    /// atomics: `buffer_atomic_add_f32` for f32 output, `buffer_atomic_pk_add_bf16` for bf16
+    /// (as AMD's hand-written kernels do), so C must be zero before the launch; the launcher
+    /// ([`CompiledKernel::launch`](crate::CompiledKernel::launch)) zeroes it.
+    ///
+    /// A launch needs `K` to be a multiple of `splits * bk_elems`: every slice runs whole
+    /// tiles. With bf16 output every add rounds: each slice's partial is rounded to bf16 and
+    /// each add into C rounds again, so an element may differ from the once-rounded product by
+    /// up to `splits` bf16 ulps of the sum of its terms' magnitudes (instead of half an ulp of
+    /// its value), and the order of the adds, hence the last bit, varies from run to run. f32
+    /// output keeps f32 accuracy (the order still varies).
+    pub fn split_k(mut self, splits: u32) -> Self {
+        self.values.split_k = splits;
+        self
+    }
+
     /// Rows per wave as the kernel uses them.
     pub fn warp_m(&self) -> u32 {
-        match self.variant {
-            Variant::Preb => self.bm,
-            Variant::Lds => self.wm,
-        }
+        self.wm
+    }
+
+    /// Waves along M (`BM / WM`) and along N (`BN / WN`); the wave index runs along N first.
+    pub fn wave_grid(&self) -> (u32, u32) {
+        (self.bm / self.wm.max(1), self.bn / self.wn.max(1))
     }
 
     /// Waves per workgroup in u64: every size derived from the user's values is computed wide,
@@ -490,6 +555,7 @@ impl KernelSpec {
         );
         let nk = u64::from(self.bk_elems / s.k());
         let acc = nm * nn * u64::from(s.acc_dwords());
+        debug_assert_eq!(acc, self.accumulator_dwords());
         let (b, a) = match self.variant {
             Variant::Preb => {
                 let slots = if self.b_prefetch { 2 } else { 1 };
@@ -552,12 +618,6 @@ impl KernelSpec {
             self.cluster_drain_sched || x.has(Explicit::CLUSTER_DRAIN_SCHED),
         )?;
         preb_only("deep_prime", self.deep_prime || x.has(Explicit::DEEP_PRIME))?;
-        if self.variant == Variant::Preb && x.has(Explicit::WM) && self.wm != self.bm {
-            return Err(SpecError::Ignored {
-                setter: "wm",
-                why: "each preb wave covers all BM rows",
-            });
-        }
         if x.has(Explicit::MFMA_CLUSTER) && !self.cluster_drain_sched {
             return Err(SpecError::Ignored {
                 setter: "mfma_cluster",
@@ -584,12 +644,10 @@ impl KernelSpec {
                         what: "row",
                     });
                 }
-                if self.wn != 16 && !self.wn.is_multiple_of(32) {
-                    return Err(SpecError::PairRule {
-                        name: "wn",
-                        value: self.wn,
-                        what: "column",
-                    });
+                for (name, value, what) in [("wm", self.wm, "row"), ("wn", self.wn, "column")] {
+                    if value != 16 && !value.is_multiple_of(32) {
+                        return Err(SpecError::PairRule { name, value, what });
+                    }
                 }
                 multiple(
                     "bk_elems",
@@ -597,11 +655,14 @@ impl KernelSpec {
                     256,
                     "one scale dword covers two 128-K MFMA steps",
                 )?;
-                multiple("bm", self.bm, mn, "whole MFMA tiles per wave")?;
+                multiple("bm", self.bm, mn, "whole MFMA tiles per workgroup")?;
+                multiple("wm", self.wm, mn, "whole MFMA tiles per wave")?;
                 multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
+                multiple("bm", self.bm, self.wm, "waves split BM into WM-high strips")?;
                 multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
             }
             Variant::Lds => {
+                multiple("bm", self.bm, mn, "whole MFMA tiles per workgroup")?;
                 multiple("wm", self.wm, mn, "whole MFMA tiles per wave")?;
                 multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
                 multiple("bm", self.bm, self.wm, "waves split BM into WM-high strips")?;
@@ -652,6 +713,34 @@ impl KernelSpec {
         if estimate > u64::from(MAX_UNIFIED_VGPRS) {
             return Err(SpecError::RegisterBudget { estimate, detail });
         }
+        if self.acc_agprs && self.accumulator_dwords() > u64::from(MAX_ARCH_VGPRS) {
+            return Err(SpecError::RegisterBudget {
+                estimate,
+                detail: format!(
+                    "{} accumulators > the {MAX_ARCH_VGPRS} AGPRs of a lane",
+                    self.accumulator_dwords()
+                ),
+            });
+        }
+        // A workgroup's waves are resident on one CU together, spread over its SIMDs, so
+        // each SIMD's share of them divides the register file.
+        let per_simd = warps.div_ceil(u64::from(SIMDS_PER_CU));
+        if estimate * per_simd > u64::from(MAX_UNIFIED_VGPRS) {
+            return Err(SpecError::RegisterBudget {
+                estimate: estimate * per_simd,
+                detail: format!("{per_simd} waves per SIMD x ({detail})"),
+            });
+        }
+        if !(1..=KernelSpec::MAX_SPLIT_K).contains(&self.split_k) {
+            return Err(SpecError::OutOfRange {
+                name: "split_k",
+                value: self.split_k,
+                min: 1,
+                max: KernelSpec::MAX_SPLIT_K,
+                why: "K slices run by the grid's z dimension",
+            });
+        }
+        preb_only("split_k", self.split_k > 1)?;
         if let Some(w) = self.waves_per_eu
             && !(1..=MAX_WAVES_PER_SIMD).contains(&w)
         {
@@ -703,17 +792,19 @@ impl KernelSpec {
         if self.deep_prime {
             s.push_str("_dp");
         }
+        if self.split_k > 1 {
+            s.push_str(&format!("_sk{}", self.split_k));
+        }
+        if self.acc_agprs {
+            s.push_str("_agpr");
+        }
         s
     }
 
     /// The values that change the generated code: what a variant ignores is set to what it
-    /// uses (preb waves cover BM rows with 16x16x128 MFMAs; the cluster size matters only with
-    /// cluster_drain_sched).
+    /// uses (the cluster size matters only with cluster_drain_sched).
     fn canonical(&self) -> SpecValues {
         let mut v = self.values.clone();
-        if v.variant == Variant::Preb {
-            v.wm = v.bm;
-        }
         if !v.cluster_drain_sched {
             v.mfma_cluster = KernelSpec::preb().mfma_cluster;
         }
@@ -847,6 +938,63 @@ mod tests {
                 e,
                 SpecError::OutOfRange {
                     name: "waves_per_eu",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Waves along M: WM divides BM and keeps the scale pairs.
+        let e = KernelSpec::new().bm(128).wm(48).validate().unwrap_err();
+        assert!(matches!(e, SpecError::PairRule { name: "wm", .. }), "{e}");
+        let e = KernelSpec::new().bm(96).wm(64).validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::NotMultiple {
+                    name: "bm",
+                    multiple: 64,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // 8 waves of a 256x256 tile share each SIMD two ways: half the file each.
+        let e = KernelSpec::new()
+            .bm(256)
+            .wm(128)
+            .bn(256)
+            .wn(64)
+            .b_prefetch(true)
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, SpecError::RegisterBudget { detail, .. } if detail.contains("2 waves per SIMD")),
+            "{e}"
+        );
+        KernelSpec::new()
+            .bm(256)
+            .wm(128)
+            .bn(256)
+            .wn(64)
+            .validate()
+            .unwrap();
+        // AGPRs hold at most 256 accumulators.
+        let e = KernelSpec::new()
+            .bm(256)
+            .wm(256)
+            .bn(128)
+            .wn(128)
+            .bk_elems(256)
+            .acc_agprs(true)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::RegisterBudget { .. }), "{e}");
+        let e = KernelSpec::new().split_k(0).validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OutOfRange {
+                    name: "split_k",
                     ..
                 }
             ),

@@ -228,3 +228,118 @@ fn swizzled_lds_tiles_have_no_bank_conflicts() {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Split-K: the grid's z dimension runs K slices that add into C with atomics, on ragged M and
+/// N with K of one and of three tiles per slice; bf16 output is held to the bound of its
+/// rounded adds, f32 to the f32 bound. Each tile shape, schedule and MFMA shape once.
+#[test]
+fn preb_split_k() {
+    let specs = vec![
+        KernelSpec::new().split_k(2),
+        KernelSpec::new().split_k(3).out_dtype(OutDtype::F32),
+        KernelSpec::new()
+            .bm(16)
+            .bn(64)
+            .wn(16)
+            .bk_elems(256)
+            .split_k(8),
+        KernelSpec::new()
+            .bm(32)
+            .bn(128)
+            .wn(32)
+            .bk_elems(256)
+            .b_prefetch(true)
+            .deep_prime(true)
+            .dram_to_lds(true)
+            .split_k(4),
+        KernelSpec::new()
+            .bk_elems(512)
+            .b_prefetch(true)
+            .cluster_drain_sched(true)
+            .split_k(2)
+            .out_dtype(OutDtype::F32),
+        KernelSpec::new()
+            .mma(MfmaShape::M32N32K64)
+            .bm(64)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .split_k(2),
+        KernelSpec::new().bm(64).wm(32).bn(128).wn(64).split_k(2),
+    ];
+    let failures: Vec<String> = specs
+        .par_iter()
+        .flat_map(|spec| {
+            let k = match spec.build() {
+                Ok(k) => k,
+                Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
+            };
+            let dev = EmuDevice::new();
+            let slice = (spec.split_k * spec.bk_elems) as usize;
+            let mut errs = Vec::new();
+            for (i, &m) in [1, 17, 200].iter().enumerate() {
+                for (j, kd) in [slice, 3 * slice].into_iter().enumerate() {
+                    let n = 2 * spec.bn as usize + 16;
+                    if let Err(e) = check(&dev, &k, m, n, kd, (i * 2 + j) as u64) {
+                        errs.push(e);
+                    }
+                }
+            }
+            errs
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Waves along M (WM < BM): each wave's rows of A from the LDS slot, its A scales and its strip
+/// of C, with every schedule, both MFMA shapes and AGPR accumulators (split-K in
+/// `preb_split_k`).
+#[test]
+fn preb_waves_along_m() {
+    let specs = vec![
+        KernelSpec::new()
+            .bm(128)
+            .wm(64)
+            .bn(128)
+            .wn(64)
+            .bk_elems(256),
+        KernelSpec::new().bm(64).wm(16).bn(64).wn(32).bk_elems(512),
+        KernelSpec::new()
+            .bm(64)
+            .wm(32)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .b_prefetch(true)
+            .deep_prime(true)
+            .dram_to_lds(true),
+        KernelSpec::new()
+            .bm(128)
+            .wm(64)
+            .bn(128)
+            .wn(32)
+            .bk_elems(512)
+            .b_prefetch(true)
+            .cluster_drain_sched(true),
+        KernelSpec::new()
+            .mma(MfmaShape::M32N32K64)
+            .bm(128)
+            .wm(64)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .out_dtype(OutDtype::F32),
+        KernelSpec::new()
+            .bm(128)
+            .wm(128)
+            .bn(128)
+            .wn(64)
+            .acc_agprs(true),
+    ];
+    sweep(specs);
+}

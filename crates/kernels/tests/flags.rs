@@ -236,6 +236,9 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ),
         ("out_dtype", base.clone().out_dtype(OutDtype::F32)),
         ("waves_per_eu", base.clone().waves_per_eu(Some(2))),
+        ("split_k", base.clone().split_k(2)),
+        ("wm", base.clone().bm(128).wm(64)),
+        ("acc_agprs", base.clone().acc_agprs(true)),
     ];
     let mut keys = vec![once.cache_key().to_string()];
     for (what, spec) in variants {
@@ -251,23 +254,18 @@ fn every_setting_that_changes_the_code_changes_the_key() {
 
 #[test]
 fn settings_a_variant_ignores_are_refused_not_keyed() {
-    // A spec read back with a preb wm other than bm is the same kernel and the same key:
-    // preb waves cover all BM rows.
-    let mut values = KernelSpec::new().values().clone();
-    values.wm = 32;
-    let read_back = KernelSpec::from(values);
-    assert_eq!(read_back.cache_key(), KernelSpec::new().cache_key());
-    // Setting it, or a cluster size without cluster_drain_sched, is refused.
-    for (what, spec) in [
-        ("wm", KernelSpec::new().wm(32)),
-        ("mfma_cluster", KernelSpec::new().mfma_cluster(2)),
-    ] {
-        let e = spec.build().unwrap_err();
-        assert!(
-            matches!(e, BuildError::Spec(SpecError::Ignored { setter, .. }) if setter == what),
-            "{what}: {e}"
-        );
-    }
+    // A preb wm below bm splits BM across waves: another kernel, another key. A cluster size
+    // without cluster_drain_sched is refused.
+    let split = KernelSpec::new().wm(32);
+    assert_eq!(split.wave_grid(), (2, 2));
+    assert_ne!(split.cache_key(), KernelSpec::new().cache_key());
+    // Without an explicit wm, a preb wave keeps covering all BM rows.
+    assert_eq!(KernelSpec::new().bm(128).wave_grid(), (1, 2));
+    let e = KernelSpec::new().mfma_cluster(2).build().unwrap_err();
+    assert!(
+        matches!(e, BuildError::Spec(SpecError::Ignored { setter, .. }) if setter == "mfma_cluster"),
+        "{e}"
+    );
     // Preb-only settings on the LDS kernel, even at their default values.
     let e = KernelSpec::lds().b_prefetch(false).build().unwrap_err();
     assert!(
@@ -336,4 +334,104 @@ fn lds_variant_shapes_and_outputs() {
             }
         }
     }
+}
+
+/// Split-K adds into C with the atomic of the output type and stores nothing; one slice stores
+/// and has no atomics. The slice index comes from the workgroup's z id.
+#[test]
+fn split_k_adds_with_atomics() {
+    for (spec, atomic) in [
+        (KernelSpec::new().split_k(4), "buffer_atomic_pk_add_bf16"),
+        (
+            KernelSpec::new().split_k(4).out_dtype(OutDtype::F32),
+            "buffer_atomic_add_f32",
+        ),
+        (
+            KernelSpec::new()
+                .bm(16)
+                .bn(64)
+                .wn(16)
+                .bk_elems(256)
+                .b_prefetch(true)
+                .split_k(8),
+            "buffer_atomic_pk_add_bf16",
+        ),
+    ] {
+        let name = spec.kernel_name();
+        let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let count = |what: &str| k.asm().lines().filter(|l| l.contains(what)).count();
+        // One atomic per accumulator dword (f32) or pair (bf16) of every MMA tile of the wave.
+        let per_tile = match spec.out_dtype {
+            OutDtype::F32 => 4,
+            OutDtype::Bf16 => 2,
+        };
+        let tiles = (spec.bm / 16 * spec.wn / 16) as usize;
+        assert_eq!(count(atomic), tiles * per_tile, "{name}: {atomic}");
+        assert_eq!(count("buffer_store"), 0, "{name}: C is added, not stored");
+        assert!(
+            k.asm().contains(".amdhsa_system_sgpr_workgroup_id_z 1"),
+            "{name}: the slice is the workgroup's z id"
+        );
+        assert_eq!(k.spec().split_k, spec.split_k);
+    }
+    let one = KernelSpec::new().build().unwrap();
+    assert!(!one.asm().contains("buffer_atomic"), "no split: no atomics");
+}
+
+/// Waves along M: a 128x256 tile of 8 waves (2 x 4) and a 256x256 one, each wave's MFMAs and
+/// B fragments its own, within the registers; with acc_agprs the MFMAs accumulate in AGPRs.
+#[test]
+fn preb_waves_along_m() {
+    for spec in [
+        KernelSpec::new().bm(128).wm(64).bn(256).wn(64),
+        KernelSpec::new().bm(256).wm(128).bn(256).wn(64),
+        KernelSpec::new()
+            .bm(128)
+            .wm(64)
+            .bn(128)
+            .wn(64)
+            .b_prefetch(true)
+            .dram_to_lds(true),
+    ] {
+        let name = spec.kernel_name();
+        let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (waves_m, waves_n) = spec.wave_grid();
+        assert_eq!(k.report().workgroup_size, 64 * waves_m * waves_n, "{name}");
+        assert_eq!(
+            LoopStats::from_asm(k.asm()).mfmas,
+            spec.mfmas_per_stage() * if spec.b_prefetch { 2 } else { 1 },
+            "{name}: each wave runs its WM x WN tile"
+        );
+        assert_eq!(u64::from(k.report().lds_bytes), spec.lds_bytes(), "{name}");
+    }
+    // Accumulators in AGPRs: every MFMA of the main loop writes a[...].
+    let spec = KernelSpec::new()
+        .bm(128)
+        .wm(128)
+        .bn(256)
+        .wn(64)
+        .acc_agprs(true);
+    let k = spec.build().unwrap();
+    let body = main_loop(k.asm());
+    let mfmas: Vec<&&str> = body.iter().filter(|l| l.contains("v_mfma")).collect();
+    assert!(!mfmas.is_empty());
+    assert!(
+        mfmas.iter().all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|d| d.starts_with("a["))),
+        "{}: MFMAs writing VGPRs: {mfmas:?}",
+        k.name()
+    );
+    assert!(k.report().agpr_count >= spec.accumulator_dwords() as u32);
+    // Without it, LLVM keeps them in VGPRs.
+    let k = KernelSpec::new().build().unwrap();
+    assert!(
+        main_loop(k.asm())
+            .iter()
+            .filter(|l| l.contains("v_mfma"))
+            .all(|l| !l.contains(" a[")),
+        "{}",
+        k.name()
+    );
 }

@@ -60,26 +60,32 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
             CachePolicy::Volatile,
         ]),
         1u32..=8,
+        // Waves along M: BM split in 1, 2 or 4 strips (refused where a strip breaks a rule);
+        // accumulators sometimes in AGPRs.
+        (prop::sample::select(vec![1u32, 1, 2, 4]), flag()),
     )
-        .prop_map(|(bm, wn, waves, bk, (pf, d2l, cds, dp), policy, cluster)| {
-            let spec = KernelSpec::new()
-                .bm(bm)
-                .wm(bm)
-                .wn(wn)
-                .bn(wn * waves)
-                .bk_elems(bk)
-                .b_prefetch(pf)
-                .dram_to_lds(d2l)
-                .cluster_drain_sched(cds && pf)
-                .deep_prime(dp && pf)
-                .b_cache_policy(policy);
-            // The cluster size is a cluster_drain_sched setting.
-            if cds && pf {
-                spec.mfma_cluster(cluster)
-            } else {
-                spec
-            }
-        });
+        .prop_map(
+            |(bm, wn, waves, bk, (pf, d2l, cds, dp), policy, cluster, (wsplit, agpr))| {
+                let spec = KernelSpec::new()
+                    .bm(bm)
+                    .wm(bm / wsplit)
+                    .acc_agprs(agpr)
+                    .wn(wn)
+                    .bn(wn * waves)
+                    .bk_elems(bk)
+                    .b_prefetch(pf)
+                    .dram_to_lds(d2l)
+                    .cluster_drain_sched(cds && pf)
+                    .deep_prime(dp && pf)
+                    .b_cache_policy(policy);
+                // The cluster size is a cluster_drain_sched setting.
+                if cds && pf {
+                    spec.mfma_cluster(cluster)
+                } else {
+                    spec
+                }
+            },
+        );
     let lds = (
         prop_oneof![Just(MfmaShape::M16N16K128), Just(MfmaShape::M32N32K64)],
         prop::sample::select(vec![1u32, 2, 3, 4]),
@@ -107,8 +113,16 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
     let waves = prop_oneof![4 => Just(None), 1 => (1u32..=8).prop_map(Some)];
     // Mostly swizzled (the default), sometimes not: both layouts of the operand tiles.
     let swizzle = prop::bool::weighted(0.8);
-    (prop_oneof![preb, lds], out, waves, swizzle)
-        .prop_map(|(s, out, waves, sw)| s.out_dtype(out).waves_per_eu(waves).lds_swizzle(sw))
+    // Split-K on preb specs only (the lds kernel refuses it).
+    let split = prop_oneof![3 => Just(1u32), 1 => prop::sample::select(vec![2u32, 3, 4, 8])];
+    (prop_oneof![preb, lds], out, waves, swizzle, split)
+        .prop_map(|(s, out, waves, sw, split)| {
+            let split = if s.variant == Variant::Preb { split } else { 1 };
+            s.out_dtype(out)
+                .waves_per_eu(waves)
+                .lds_swizzle(sw)
+                .split_k(split)
+        })
         // Compile time grows with the unrolled MFMA chain; the largest chains stay in the
         // arbitrary half, which reaches them less often.
         .prop_filter("a chain of at most 64 MFMAs per stage", |s| {
@@ -142,15 +156,23 @@ fn arbitrary() -> impl Strategy<Value = KernelSpec> {
     let flags = (flag(), flag(), flag(), flag());
     let cluster = prop_oneof![3 => 1u32..=8, 1 => any::<u32>()];
     let waves = prop_oneof![3 => Just(None), 1 => (0u32..=10).prop_map(Some), 1 => any::<u32>().prop_map(Some)];
+    let split = prop_oneof![
+        4 => Just(1u32),
+        1 => prop::sample::select(vec![0u32, 2, 3, 64, 65, 1 << 16, u32::MAX]),
+    ];
     (
         (variant, dim(), dim(), bk, dim(), dim()),
-        (mma, policy, out, flags, cluster, waves),
+        (mma, policy, out, flags, cluster, waves, split),
         // Mostly, settings the variant ignores are left unset, so the other rules are reached;
         // sometimes they are set anyway, and must be refused.
         prop::bool::weighted(0.2),
     )
         .prop_map(
-            |((variant, bm, bn, bk, wm, wn), (mma, policy, out, flags, cluster, waves), stray)| {
+            |(
+                (variant, bm, bn, bk, wm, wn),
+                (mma, policy, out, flags, cluster, waves, split),
+                stray,
+            )| {
                 let preb = variant == Variant::Preb;
                 let base = match variant {
                     Variant::Preb => KernelSpec::new(),
@@ -163,9 +185,11 @@ fn arbitrary() -> impl Strategy<Value = KernelSpec> {
                     .wn(wn)
                     .mma(mma)
                     .out_dtype(out);
-                if !preb || stray {
+                // Preb takes wm too (waves along M); sometimes left at its default.
+                if !preb || stray || flags.0 {
                     s = s.wm(wm);
                 }
+                s = s.acc_agprs(flags.1 && flags.3);
                 if preb || stray {
                     s = s
                         .b_cache_policy(policy)
@@ -179,6 +203,7 @@ fn arbitrary() -> impl Strategy<Value = KernelSpec> {
                 s.dram_to_lds(flags.1)
                     .lds_swizzle(!flags.3)
                     .waves_per_eu(waves)
+                    .split_k(split)
             },
         )
 }
@@ -225,13 +250,15 @@ fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs a small GEMM with a ragged M, two N tiles plus a partial one and a K tail.
+/// Runs a small GEMM with a ragged M, two N tiles plus a partial one and a K tail (split-K:
+/// one tile per K slice, the K its launch rule allows).
 fn run_on_emulator(k: &CompiledKernel) -> Result<(), String> {
-    let (m, n, kd) = (
-        k.spec().bm as usize + 3,
-        2 * k.spec().bn as usize + 16,
-        2 * k.spec().bk_elems.max(256) as usize + 256,
-    );
+    let s = k.spec();
+    let kd = match s.split_k {
+        1 => 2 * s.bk_elems.max(256) as usize + 256,
+        splits => (splits * s.bk_elems) as usize,
+    };
+    let (m, n) = (s.bm as usize + 3, 2 * s.bn as usize + 16);
     let a = MxMatrix::random(m, kd, 7).map_err(|e| e.to_string())?;
     let b = MxMatrix::random(n, kd, 8).map_err(|e| e.to_string())?;
     let inputs = k.prepare_inputs(&a, &b).map_err(|e| e.to_string())?;
@@ -375,4 +402,36 @@ fn wrapped_sizes_are_refused_with_the_real_numbers() {
         matches!(e, SpecError::RegisterBudget { estimate, .. } if estimate > 1 << 32),
         "{e}"
     );
+}
+
+/// Split-K's rules: the slice count is bounded and preb-only, and a launch whose K does not
+/// divide into whole-tile slices is refused with the numbers, before anything runs.
+#[test]
+fn split_k_rules() {
+    for bad in [0, KernelSpec::MAX_SPLIT_K + 1, u32::MAX] {
+        let e = KernelSpec::new().split_k(bad).validate().unwrap_err();
+        assert!(
+            matches!(e, SpecError::OutOfRange { name: "split_k", value, .. } if value == bad),
+            "{e}"
+        );
+    }
+    let e = KernelSpec::lds().split_k(2).validate().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpecError::WrongVariant {
+                flag: "split_k",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let spec = KernelSpec::new().split_k(4);
+    spec.check_problem(16, 7168, 2048).unwrap();
+    let e = spec.check_problem(16, 7168, 3072).unwrap_err();
+    assert!(e.to_string().contains("4 x 512 = 2048"), "{e}");
+    let k = spec.build().unwrap();
+    assert!(k.buffer_sizes(16, 7168, 1024).is_err());
+    assert_eq!(k.grid(16, 7168), [56, 1, 4]);
+    assert!(k.accumulates_into_c());
 }

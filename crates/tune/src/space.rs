@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
+use tilegen_dsl::target::COMPUTE_UNITS;
 use tilegen_kernels::{KernelSpec, SpecError, Variant};
 
 use crate::template::{Shape, Space};
@@ -66,9 +67,9 @@ pub fn rule_label(e: &SpecError) -> String {
 }
 
 /// Every valid spec of `space`. A dimension the variant (or an unset flag) ignores is not
-/// multiplied in: the lds variant takes none of the preb flags, preb takes no `wm`, and
-/// `mfma_cluster` varies only with `cluster_drain_sched`. Everything else is generated and
-/// judged by [`KernelSpec::validate`].
+/// multiplied in: the lds variant takes none of the preb flags (`split_k` included), preb takes
+/// its default `wm` (= BM) and the listed values below BM, and `mfma_cluster` varies only with
+/// `cluster_drain_sched`. Everything else is generated and judged by [`KernelSpec::validate`].
 pub fn enumerate(space: &Space) -> Enumeration {
     let mut stats = EnumStats::default();
     let mut specs = Vec::new();
@@ -76,11 +77,16 @@ pub fn enumerate(space: &Space) -> Enumeration {
     let off = [false];
     for &variant in &space.variant {
         let preb = variant == Variant::Preb;
+        // Preb always takes its default (one wave over all BM rows) and each listed wm below
+        // BM, which splits BM across waves; lds takes the listed values.
         let wms: Vec<Option<u32>> = if preb {
-            vec![None]
+            std::iter::once(None)
+                .chain(space.wm.iter().copied().map(Some))
+                .collect()
         } else {
             space.wm.iter().copied().map(Some).collect()
         };
+        let splits: &[u32] = if preb { &space.split_k } else { &[1] };
         let prefetch: &[bool] = if preb { &space.b_prefetch } else { &off };
         let policies = if preb {
             space.b_cache_policy.clone()
@@ -91,6 +97,11 @@ pub fn enumerate(space: &Space) -> Enumeration {
             for &bn in &space.bn {
                 for &bk in &space.bk_elems {
                     for &wm in &wms {
+                        // A preb wm of BM or more is its default (one wave over BM rows) or
+                        // no tile at all: not a combination of its own.
+                        if preb && wm.is_some_and(|w| w >= bm) {
+                            continue;
+                        }
                         for &wn in &space.wn {
                             for &mma in &space.mma {
                                 for &bpf in prefetch {
@@ -119,7 +130,11 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                 };
                                                 for &mc in &clusters {
                                                     for &dp in primes {
-                                                        for &w in &space.waves_per_eu {
+                                                        for (&w, &sk, &agpr) in product3(
+                                                            &space.waves_per_eu,
+                                                            splits,
+                                                            &space.acc_agprs,
+                                                        ) {
                                                             stats.combinations += 1;
                                                             let mut s = if preb {
                                                                 KernelSpec::preb()
@@ -153,6 +168,8 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                             }
                                                             s = s
                                                                 .waves_per_eu(w)
+                                                                .split_k(sk)
+                                                                .acc_agprs(agpr)
                                                                 .out_dtype(space.out_dtype);
                                                             match s.validate() {
                                                                 Err(e) => {
@@ -187,15 +204,34 @@ pub fn enumerate(space: &Space) -> Enumeration {
     Enumeration { specs, stats }
 }
 
+/// Every `(a, b, c)` of three lists, `a` outermost.
+fn product3<'a, A, B, C>(
+    a: &'a [A],
+    b: &'a [B],
+    c: &'a [C],
+) -> impl Iterator<Item = (&'a A, &'a B, &'a C)> {
+    a.iter()
+        .flat_map(move |x| b.iter().flat_map(move |y| c.iter().map(move |z| (x, y, z))))
+}
+
 /// The default spec of a template's output type: the baseline every report compares with.
 pub fn default_spec(space: &Space) -> KernelSpec {
     KernelSpec::preb().out_dtype(space.out_dtype)
 }
 
-/// Whether `spec` is worth evaluating on `shape`: with `prune_tall_tiles`, a spec whose BM is
-/// taller than the shortest BM of the space that covers M in one tile computes only padding
-/// rows, and is skipped (the default spec never is).
+/// Whether `spec` is worth evaluating on `shape`. A split-K spec runs only where K divides into
+/// its slices, and is skipped where the tiles alone already give every CU a workgroup (the
+/// split then only adds atomics). With `prune_tall_tiles`, a spec whose BM is taller than the
+/// shortest BM of the space that covers M in one tile computes only padding rows, and is
+/// skipped (the default spec never is).
 pub fn worth(space: &Space, spec: &KernelSpec, shape: &Shape) -> bool {
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    if spec.split_k > 1 {
+        let tiles = m.div_ceil(spec.bm as usize) * n.div_ceil(spec.bn as usize);
+        if spec.check_problem(m, n, k).is_err() || tiles >= COMPUTE_UNITS as usize {
+            return false;
+        }
+    }
     if !space.prune_tall_tiles || spec.cache_key() == default_spec(space).cache_key() {
         return true;
     }

@@ -86,7 +86,8 @@ pub struct Space {
     pub bn: Vec<u32>,
     /// K elements per stage.
     pub bk_elems: Vec<u32>,
-    /// Rows per wave (lds variant only).
+    /// Rows per wave: the lds variant's; on preb each value below BM splits BM across waves
+    /// (preb also always takes its default, one wave per BM rows).
     pub wm: Vec<u32>,
     /// Columns per wave.
     pub wn: Vec<u32>,
@@ -106,6 +107,10 @@ pub struct Space {
     pub deep_prime: Vec<bool>,
     /// Occupancy targets; `None` lets the compiler choose (written `0` in a template).
     pub waves_per_eu: Vec<Option<u32>>,
+    /// Split-K slice counts (preb; 1 = no split).
+    pub split_k: Vec<u32>,
+    /// MFMA accumulators in AGPRs or not.
+    pub acc_agprs: Vec<bool>,
     /// Element type of C (one per template: a pack serves one C type).
     pub out_dtype: OutDtype,
     /// Skip a (spec, M) pair when a shorter BM of the space already covers M in one tile: the
@@ -176,6 +181,8 @@ struct RawSpace {
     mfma_cluster: List<i64>,
     deep_prime: List<bool>,
     waves_per_eu: List<i64>,
+    split_k: List<i64>,
+    acc_agprs: List<bool>,
     out_dtype: Option<Spanned<OutDtype>>,
     prune_tall_tiles: Option<bool>,
 }
@@ -475,6 +482,8 @@ impl Template {
             mfma_cluster,
             deep_prime: cx.values("deep_prime", &s.deep_prime, vec![false])?,
             waves_per_eu,
+            split_k: cx.sizes("split_k", &s.split_k, vec![1], 1, "")?,
+            acc_agprs: cx.values("acc_agprs", &s.acc_agprs, vec![false])?,
             out_dtype: s
                 .out_dtype
                 .as_ref()

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::io::IsTerminal;
 
-use tilegen::kernels::{LaunchError, check_problem};
+use tilegen::kernels::LaunchError;
 use tilegen::mx::{MxMatrix, reference_gemm};
 use tilegen::runtime::{EmuConfig, LaunchControl};
 use tilegen_output::Output;
@@ -70,7 +70,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
-    check_problem(a.m, a.n, a.k, spec.out_dtype.bytes() as usize)?;
+    spec.check_problem(a.m, a.n, a.k)?;
     let timing = a.timing || a.timing_only;
     let trace_out = if timing {
         a.model.check()?
@@ -206,9 +206,10 @@ pub fn run(a: GemmArgs) -> Result<()> {
         let grid = kernel.grid(a.m, a.n);
         match &stats {
             Some(stats) => println!(
-                "  grid {}x{} workgroups of {} work-items; emulated in {:.3} s: {} wave-instructions, {} MFMAs ({:.1} GFLOP)",
+                "  grid {}x{}x{} workgroups of {} work-items; emulated in {:.3} s: {} wave-instructions, {} MFMAs ({:.1} GFLOP)",
                 grid[0],
                 grid[1],
+                grid[2],
                 kernel.spec().threads(),
                 report.wall.as_secs_f64(),
                 stats.wave_instructions(),
@@ -216,9 +217,10 @@ pub fn run(a: GemmArgs) -> Result<()> {
                 flops / 1e9
             ),
             None => println!(
-                "  grid {}x{} workgroups of {} work-items; ran in {:.6} s ({:.1} GFLOP, {:.1} TFLOP/s)",
+                "  grid {}x{}x{} workgroups of {} work-items; ran in {:.6} s ({:.1} GFLOP, {:.1} TFLOP/s)",
                 grid[0],
                 grid[1],
+                grid[2],
                 kernel.spec().threads(),
                 report.wall.as_secs_f64(),
                 flops / 1e9,

@@ -55,6 +55,14 @@ pub struct SpecArgs {
     /// Occupancy target in waves per SIMD (1-8): caps registers, spilling past the cap.
     #[arg(long)]
     pub waves_per_eu: Option<u32>,
+    /// Split K into this many slices run by the grid's z dimension, each adding into C with
+    /// atomics (preb; K must be a multiple of split-k x bk-elems; bf16 output rounds per add).
+    #[arg(long)]
+    pub split_k: Option<u32>,
+    /// Let the MFMA accumulators live in AGPRs (amdgpu-agpr-alloc; LLVM otherwise keeps them
+    /// in VGPRs).
+    #[arg(long)]
+    pub acc_agprs: bool,
 }
 
 impl SpecArgs {
@@ -73,6 +81,7 @@ impl SpecArgs {
         s = set(s, self.wm, KernelSpec::wm);
         s = set(s, self.wn, KernelSpec::wn);
         s = set(s, self.mfma_cluster, KernelSpec::mfma_cluster);
+        s = set(s, self.split_k, KernelSpec::split_k);
         if let Some(v) = self.mma {
             s = s.mma(v);
         }
@@ -87,6 +96,7 @@ impl SpecArgs {
             (self.dram_to_lds, KernelSpec::dram_to_lds),
             (self.cluster_drain_sched, KernelSpec::cluster_drain_sched),
             (self.deep_prime, KernelSpec::deep_prime),
+            (self.acc_agprs, KernelSpec::acc_agprs),
         ] {
             if given {
                 s = f(s, true);
