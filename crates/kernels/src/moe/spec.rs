@@ -209,6 +209,20 @@ impl MoeSpec {
                     tile.bm, self.block_m
                 ));
             }
+            // The grouped kernels' gathered A rows and epilogues serve one wave strip of the
+            // whole block and write each output once.
+            if tile.wm != tile.bm {
+                return rule(format!(
+                    "wm = {} must equal bm = {} (waves along M are not supported by the grouped kernels)",
+                    tile.wm, tile.bm
+                ));
+            }
+            if tile.split_k != 1 {
+                return rule(format!(
+                    "split_k = {} must be 1 (the activation and the combine need the whole K sum)",
+                    tile.split_k
+                ));
+            }
             if tile.out_dtype != OutDtype::Bf16 {
                 return rule(format!(
                     "out_dtype = {} would be ignored (the gate/up output is MXFP4, the layer's is bf16)",
@@ -371,6 +385,18 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("preshuffled-B"), "{e}");
+        let e = s
+            .clone()
+            .gate_up(default_tile(32).wm(16))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("waves along M"), "{e}");
+        let e = s
+            .clone()
+            .down(default_tile(32).split_k(2))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("split_k = 2"), "{e}");
         let big = s
             .clone()
             .block_m(256)
