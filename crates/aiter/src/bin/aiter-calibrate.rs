@@ -335,7 +335,7 @@ fn extrapolation(args: &Args) -> Option<KExtrapolation> {
     })
 }
 
-fn row_of<'a>(rows: &'a [CalibrationRow], line: u64) -> Option<&'a CalibrationRow> {
+fn row_of(rows: &[CalibrationRow], line: u64) -> Option<&CalibrationRow> {
     rows.iter().find(|r| r.row().line() == line)
 }
 
