@@ -15,7 +15,8 @@
 //! Prints the table with the ratio AITER time / tilegen time (above 1: tilegen is faster), the
 //! geometric means over all shapes and over M <= 16, and the lowest ratio; writes it as
 //! Markdown, CSV and JSON. With `--traces`, writes Perfetto traces of both kernels for every
-//! shape tilegen loses.
+//! shape tilegen loses. Run without `--bench` (as `cargo test --all-targets` does), it is a smoke
+//! test: one shape, the default spec, a temporary database.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -58,6 +59,9 @@ struct Args {
     shapes: Vec<Shape>,
     recheck: usize,
     traces: bool,
+    /// `cargo test --all-targets` runs benches without `--bench`: one shape, the default spec
+    /// only, into a temporary database, as a smoke test of the whole comparison.
+    smoke: bool,
 }
 
 fn parse() -> Result<Option<Args>, String> {
@@ -69,6 +73,7 @@ fn parse() -> Result<Option<Args>, String> {
         shapes: Vec::new(),
         recheck: 3,
         traces: false,
+        smoke: !std::env::args().any(|a| a == "--bench"),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -190,6 +195,18 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let template = Template::load(root.join("templates/reference.toml"))?;
     let mut plan = Plan::from_template(&template);
+    let smoke_dir = if args.smoke {
+        let shape = Shape {
+            m: 1,
+            n: 3072,
+            k: 3072,
+        };
+        plan = Plan::new("smoke", &plan.space, vec![shape]);
+        plan.specs.truncate(1);
+        Some(tempfile::tempdir()?)
+    } else {
+        None
+    };
     if !args.shapes.is_empty() {
         plan = Plan::new("shapes", &plan.space, args.shapes.clone());
     }
@@ -211,9 +228,10 @@ fn run(args: &Args) -> Result<(), BoxError> {
         .collect();
 
     // tilegen: tune the space by the model (resumable).
-    let db_path = match &args.db {
-        Some(p) => p.clone(),
-        None => root.join(format!(
+    let db_path = match (&args.db, &smoke_dir) {
+        (_, Some(d)) => d.path().join("smoke.sqlite"),
+        (Some(p), None) => p.clone(),
+        (None, None) => root.join(format!(
             "target/tune/vs-aiter-{}.sqlite",
             &tilegen_tune::pack::sha256_hex(Params::DEFAULT_TOML.as_bytes())[..12]
         )),
@@ -290,6 +308,16 @@ fn run(args: &Args) -> Result<(), BoxError> {
     }
     let report = markdown(&good, &params);
     print!("{report}");
+    if let Some(d) = &smoke_dir {
+        // The smoke run checks that both sides were modeled, and writes nothing that stays.
+        for l in &good {
+            if !(l.ours.us > 0.0 && l.aiter.us > 0.0 && l.ratio.is_finite()) {
+                return Err(format!("smoke run: a side was not modeled: {l:?}").into());
+            }
+        }
+        std::fs::write(d.path().join("vs-aiter.md"), report.as_bytes())?;
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.out)?;
     Output::check(args.out.join("vs-aiter.md"))?.write(report.as_bytes())?;
     Output::check(args.out.join("vs-aiter.csv"))?.write(csv(&good).as_bytes())?;
