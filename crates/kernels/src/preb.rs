@@ -353,8 +353,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let sfb = cx.buffer(p.sfb, pad32(n) * ks, CachePolicy::Always)?;
     let b = b_view(k, b, n, kb)?;
     let (slots, mma) = mma_state(k, spec)?;
-    let bid_x = k.block_id_x()?;
-    let bid_y = k.block_id_y()?;
+    let (bid_x, bid_y, slice) = tile_order(k, spec, cx.m, cx.n)?;
     let a = RowsA {
         buf: a,
         global: cx.row_major(m, kb, 1),
@@ -364,7 +363,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let sfb = Scales::new(k, sfb, pad32(n), ks)?;
     let mut p = Mainloop::new(spec, *cx, cx.kdim, a, b, sfb, bid_x, slots, mma, true);
     if spec.split_k > 1 {
-        p = p.k_slice(k.block_id_z()?, spec.split_k);
+        p = p.k_slice(slice, spec.split_k);
     }
     p.run()?;
     let (bm, bn, wm, wn) = (
@@ -380,6 +379,53 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     } else {
         gemm::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
     }
+}
+
+/// XCDs of an MI355X: the dispatcher hands workgroup `i` (in x-fastest linear order) to XCD
+/// `i mod XCDS`.
+const XCDS: i64 = 8;
+
+/// The workgroup's output tile `(n tile, m tile)` and split-K slice. In the grid's order they
+/// are its ids. With [`KernelSpec::xcd_group_m`] `g`, the linear id `w` is first renumbered so
+/// that the workgroups of one XCD take consecutive numbers (XCD `x` gets the `x`-th run of
+/// `ceil(T / 8)` numbers, or one fewer past the `T mod 8` longer runs), then the number walks
+/// the slices, and within a slice groups of `g` M tiles column by column. Both steps are
+/// bijections of `0..T`, so every tile and slice is still run exactly once.
+fn tile_order<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    spec: &KernelSpec,
+    m: Int<'k, 'ctx>,
+    n: Int<'k, 'ctx>,
+) -> Result<(Int<'k, 'ctx>, Int<'k, 'ctx>, Int<'k, 'ctx>)> {
+    let (x, y) = (k.block_id_x()?, k.block_id_y()?);
+    let z = if spec.split_k > 1 {
+        k.block_id_z()?
+    } else {
+        k.i32(0)
+    };
+    if spec.xcd_group_m == 0 {
+        return Ok((x, y, z));
+    }
+    let gx = (n + (spec.bn as i64 - 1)) / spec.bn as i64;
+    let gy = (m + (spec.bm as i64 - 1)) / spec.bm as i64;
+    let plane = gx * gy;
+    let total = plane * spec.split_k as i64;
+    let w = (z * gy + y) * gx + x;
+    // XCD-contiguous renumbering.
+    let per = (total + (XCDS - 1)) / XCDS;
+    let tall = total - (per - 1) * XCDS;
+    let (xcd, local) = (w % XCDS, w / XCDS);
+    // tall * per + (xcd - tall) * (per - 1) + local, kept free of negative terms.
+    let short_base = xcd * (per - 1) + tall + local;
+    let w = (xcd * per + local).select(xcd.lt(&tall), &short_base);
+    // Slice, then groups of G M tiles within the slice.
+    let (slice, t) = (w / plane, w % plane);
+    let g = spec.xcd_group_m as i64;
+    let in_group = gx * g;
+    let first_m = t / in_group * g;
+    let rows = (gy - first_m).min(&k.i32(g));
+    let r = t % in_group;
+    Ok((r / rows, first_m + r % rows, slice))
 }
 
 /// `v` rounded up to the Shuffler's 32-row scale block, as the host preshuffle pads scale rows.

@@ -232,6 +232,14 @@ pub struct SpecValues {
     /// Let the MFMA accumulators live in AGPRs (see [`KernelSpec::acc_agprs`]).
     #[serde(default)]
     pub acc_agprs: bool,
+    /// XCD-aware tile order (preb; 0 = the grid's order). See [`KernelSpec::xcd_group_m`].
+    /// Left out of the serialized spec when 0, so specs without it keep their cache keys.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub xcd_group_m: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 fn one() -> u32 {
@@ -343,6 +351,7 @@ impl KernelSpec {
             waves_per_eu: None,
             split_k: 1,
             acc_agprs: false,
+            xcd_group_m: 0,
         }
         .into()
     }
@@ -465,6 +474,22 @@ impl KernelSpec {
     /// output keeps f32 accuracy (the order still varies).
     pub fn split_k(mut self, splits: u32) -> Self {
         self.values.split_k = splits;
+        self
+    }
+
+    /// Most M tiles one group of [`KernelSpec::xcd_group_m`] spans.
+    pub const MAX_XCD_GROUP_M: u32 = 64;
+
+    /// Orders the output tiles for the MI355X's 8 XCDs (preb; 0, the default, keeps the
+    /// grid's order). The GPU hands workgroup `i` to XCD `i mod 8`, and each XCD has its own
+    /// L2, so in the grid's order the workgroups sharing an A row tile or a B column tile land
+    /// on different XCDs and each fetches it from memory. With `g > 0` the kernel renumbers
+    /// its workgroup: the workgroups one XCD receives take consecutive tiles, walked in groups
+    /// of `g` M tiles (down a group's M tiles, then to the next N tile), so the workgroups
+    /// resident on one XCD share both operands' tiles in its L2. The renumbering is a
+    /// bijection for any grid, split-K slices included.
+    pub fn xcd_group_m(mut self, g: u32) -> Self {
+        self.values.xcd_group_m = g;
         self
     }
 
@@ -741,6 +766,16 @@ impl KernelSpec {
             });
         }
         preb_only("split_k", self.split_k > 1)?;
+        if self.xcd_group_m > KernelSpec::MAX_XCD_GROUP_M {
+            return Err(SpecError::OutOfRange {
+                name: "xcd_group_m",
+                value: self.xcd_group_m,
+                min: 0,
+                max: KernelSpec::MAX_XCD_GROUP_M,
+                why: "M tiles per group of the XCD-aware tile order",
+            });
+        }
+        preb_only("xcd_group_m", self.xcd_group_m > 0)?;
         if let Some(w) = self.waves_per_eu
             && !(1..=MAX_WAVES_PER_SIMD).contains(&w)
         {
@@ -797,6 +832,9 @@ impl KernelSpec {
         }
         if self.acc_agprs {
             s.push_str("_agpr");
+        }
+        if self.xcd_group_m > 0 {
+            s.push_str(&format!("_xg{}", self.xcd_group_m));
         }
         s
     }

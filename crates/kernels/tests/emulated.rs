@@ -232,6 +232,59 @@ fn swizzled_lds_tiles_have_no_bank_conflicts() {
 /// Split-K: the grid's z dimension runs K slices that add into C with atomics, on ragged M and
 /// N with K of one and of three tiles per slice; bf16 output is held to the bound of its
 /// rounded adds, f32 to the f32 bound. Each tile shape, schedule and MFMA shape once.
+/// The XCD-aware tile order renumbers workgroups; every tile and K slice must still be run
+/// exactly once, on grids whose workgroup count is and is not a multiple of the 8 XCDs, with
+/// partial last groups of M tiles.
+#[test]
+fn preb_xcd_tile_order() {
+    let specs = vec![
+        KernelSpec::new()
+            .bm(16)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .xcd_group_m(1),
+        KernelSpec::new()
+            .bm(16)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .xcd_group_m(3),
+        KernelSpec::new()
+            .bm(16)
+            .bn(64)
+            .wn(32)
+            .bk_elems(256)
+            .split_k(3)
+            .xcd_group_m(2),
+    ];
+    let failures: Vec<String> = specs
+        .par_iter()
+        .flat_map(|spec| {
+            let k = match spec.build() {
+                Ok(k) => k,
+                Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
+            };
+            let dev = EmuDevice::new();
+            let kd = (spec.split_k * spec.bk_elems) as usize;
+            let mut errs = Vec::new();
+            // Grids of 7x5 (35 workgroups), 3x8 (24) and 5x1 tiles.
+            for (i, &(m, n)) in [(70, 448), (128, 192), (9, 320)].iter().enumerate() {
+                if let Err(e) = check(&dev, &k, m, n, kd, i as u64) {
+                    errs.push(e);
+                }
+            }
+            errs
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn preb_split_k() {
     let specs = vec![

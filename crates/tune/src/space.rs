@@ -87,6 +87,12 @@ pub fn enumerate(space: &Space) -> Enumeration {
             space.wm.iter().copied().map(Some).collect()
         };
         let splits: &[u32] = if preb { &space.split_k } else { &[1] };
+        let orders: &[u32] = if preb { &space.xcd_group_m } else { &[0] };
+        let modes: Vec<(bool, u32)> = space
+            .acc_agprs
+            .iter()
+            .flat_map(|&a| orders.iter().map(move |&g| (a, g)))
+            .collect();
         let prefetch: &[bool] = if preb { &space.b_prefetch } else { &off };
         let policies = if preb {
             space.b_cache_policy.clone()
@@ -130,10 +136,10 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                 };
                                                 for &mc in &clusters {
                                                     for &dp in primes {
-                                                        for (&w, &sk, &agpr) in product3(
+                                                        for (&w, &sk, &(agpr, xg)) in product3(
                                                             &space.waves_per_eu,
                                                             splits,
-                                                            &space.acc_agprs,
+                                                            &modes,
                                                         ) {
                                                             stats.combinations += 1;
                                                             let mut s = if preb {
@@ -170,6 +176,7 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                                 .waves_per_eu(w)
                                                                 .split_k(sk)
                                                                 .acc_agprs(agpr)
+                                                                .xcd_group_m(xg)
                                                                 .out_dtype(space.out_dtype);
                                                             match s.validate() {
                                                                 Err(e) => {

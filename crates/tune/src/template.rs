@@ -111,6 +111,8 @@ pub struct Space {
     pub split_k: Vec<u32>,
     /// MFMA accumulators in AGPRs or not.
     pub acc_agprs: Vec<bool>,
+    /// XCD-aware tile orders (preb; 0 = the grid's order).
+    pub xcd_group_m: Vec<u32>,
     /// Element type of C (one per template: a pack serves one C type).
     pub out_dtype: OutDtype,
     /// Skip a (spec, M) pair when a shorter BM of the space already covers M in one tile: the
@@ -183,6 +185,7 @@ struct RawSpace {
     waves_per_eu: List<i64>,
     split_k: List<i64>,
     acc_agprs: List<bool>,
+    xcd_group_m: List<i64>,
     out_dtype: Option<Spanned<OutDtype>>,
     prune_tall_tiles: Option<bool>,
 }
@@ -484,6 +487,12 @@ impl Template {
             waves_per_eu,
             split_k: cx.sizes("split_k", &s.split_k, vec![1], 1, "")?,
             acc_agprs: cx.values("acc_agprs", &s.acc_agprs, vec![false])?,
+            // 0 is a value here (the grid's order); the spec's rules refuse what is too big.
+            xcd_group_m: cx
+                .values("xcd_group_m", &s.xcd_group_m, vec![0])?
+                .into_iter()
+                .map(|g| u32::try_from(g).unwrap_or(u32::MAX))
+                .collect(),
             out_dtype: s
                 .out_dtype
                 .as_ref()

@@ -63,6 +63,10 @@ pub struct SpecArgs {
     /// in VGPRs).
     #[arg(long)]
     pub acc_agprs: bool,
+    /// XCD-aware tile order in groups of this many M tiles (preb; 0 = the grid's order): the
+    /// workgroups one XCD runs share A and B tiles in its L2.
+    #[arg(long)]
+    pub xcd_group_m: Option<u32>,
 }
 
 impl SpecArgs {
@@ -82,6 +86,7 @@ impl SpecArgs {
         s = set(s, self.wn, KernelSpec::wn);
         s = set(s, self.mfma_cluster, KernelSpec::mfma_cluster);
         s = set(s, self.split_k, KernelSpec::split_k);
+        s = set(s, self.xcd_group_m, KernelSpec::xcd_group_m);
         if let Some(v) = self.mma {
             s = s.mma(v);
         }
