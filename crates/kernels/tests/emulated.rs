@@ -35,6 +35,20 @@ fn check(
 
 /// Runs every (M, N, K) of the matrix for each spec; specs build and run in parallel.
 fn sweep(specs: Vec<KernelSpec>) {
+    sweep_shapes(specs, |spec| {
+        let pairs = [(2 * spec.bn as usize + 16, 768), (64, 7168)];
+        MS.iter()
+            .flat_map(|&m| pairs.iter().map(move |&(n, kd)| (m, n, kd)))
+            .collect()
+    });
+}
+
+/// Builds every spec and checks it on the emulator at each `(m, n, k)` that `shapes` gives
+/// for it (the shape's index is its input seed); reports every failure at once.
+fn sweep_shapes(
+    specs: Vec<KernelSpec>,
+    shapes: impl Fn(&KernelSpec) -> Vec<(usize, usize, usize)> + Sync,
+) {
     let failures: Vec<String> = specs
         .par_iter()
         .flat_map(|spec| {
@@ -43,16 +57,11 @@ fn sweep(specs: Vec<KernelSpec>) {
                 Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
             };
             let dev = EmuDevice::new();
-            let pairs = [(2 * spec.bn as usize + 16, 768), (64, 7168)];
-            let mut errs = Vec::new();
-            for (i, &m) in MS.iter().enumerate() {
-                for (j, &(n, kd)) in pairs.iter().enumerate() {
-                    if let Err(e) = check(&dev, &k, m, n, kd, (i * 2 + j) as u64) {
-                        errs.push(e);
-                    }
-                }
-            }
-            errs
+            shapes(spec)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(seed, (m, n, kd))| check(&dev, &k, m, n, kd, seed as u64).err())
+                .collect::<Vec<_>>()
         })
         .collect();
     assert!(
@@ -258,31 +267,11 @@ fn preb_xcd_tile_order() {
             .split_k(3)
             .xcd_group_m(2),
     ];
-    let failures: Vec<String> = specs
-        .par_iter()
-        .flat_map(|spec| {
-            let k = match spec.build() {
-                Ok(k) => k,
-                Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
-            };
-            let dev = EmuDevice::new();
-            let kd = (spec.split_k * spec.bk_elems) as usize;
-            let mut errs = Vec::new();
-            // Grids of 7x5 (35 workgroups), 3x8 (24) and 5x1 tiles.
-            for (i, &(m, n)) in [(70, 448), (128, 192), (9, 320)].iter().enumerate() {
-                if let Err(e) = check(&dev, &k, m, n, kd, i as u64) {
-                    errs.push(e);
-                }
-            }
-            errs
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} failure(s):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    // Grids of 7x5 (35 workgroups), 3x8 (24) and 5x1 tiles.
+    sweep_shapes(specs, |spec| {
+        let kd = (spec.split_k * spec.bk_elems) as usize;
+        vec![(70, 448, kd), (128, 192, kd), (9, 320, kd)]
+    });
 }
 
 #[test]
@@ -320,33 +309,14 @@ fn preb_split_k() {
             .split_k(2),
         KernelSpec::new().bm(64).wm(32).bn(128).wn(64).split_k(2),
     ];
-    let failures: Vec<String> = specs
-        .par_iter()
-        .flat_map(|spec| {
-            let k = match spec.build() {
-                Ok(k) => k,
-                Err(e) => return vec![format!("{}: {e}", spec.kernel_name())],
-            };
-            let dev = EmuDevice::new();
-            let slice = (spec.split_k * spec.bk_elems) as usize;
-            let mut errs = Vec::new();
-            for (i, &m) in [1, 17, 200].iter().enumerate() {
-                for (j, kd) in [slice, 3 * slice].into_iter().enumerate() {
-                    let n = 2 * spec.bn as usize + 16;
-                    if let Err(e) = check(&dev, &k, m, n, kd, (i * 2 + j) as u64) {
-                        errs.push(e);
-                    }
-                }
-            }
-            errs
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} failure(s):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    sweep_shapes(specs, |spec| {
+        let slice = (spec.split_k * spec.bk_elems) as usize;
+        let n = 2 * spec.bn as usize + 16;
+        [1, 17, 200]
+            .into_iter()
+            .flat_map(|m| [(m, n, slice), (m, n, 3 * slice)])
+            .collect()
+    });
 }
 
 /// Waves along M (WM < BM): each wave's rows of A from the LDS slot, its A scales and its strip
