@@ -160,6 +160,22 @@ fn gpt_oss_file(
     write(path, &tensors);
 }
 
+/// `tilegen preshuffle RAW -o PRE`, which must succeed.
+fn preshuffle(raw: &Path, pre: &Path) {
+    let st = tilegen()
+        .arg("preshuffle")
+        .arg(raw)
+        .arg("-o")
+        .arg(pre)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
 #[test]
 fn weights_from_a_preshuffled_gpt_oss_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -188,18 +204,7 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not preshuffled"), "{err}");
-    let st = tilegen()
-        .arg("preshuffle")
-        .arg(&raw)
-        .arg("-o")
-        .arg(&pre)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    preshuffle(&raw, &pre);
     let v = json(&run(&pre));
     assert_eq!(v["run"]["passed"], true, "{v}");
     // A file without biases runs without them.
@@ -213,18 +218,7 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     let raw0 = dir.path().join("zero.safetensors");
     let pre0 = dir.path().join("zero.pre.safetensors");
     gpt_oss_file(&raw0, 4, 480, 288, true, false);
-    let st = tilegen()
-        .arg("preshuffle")
-        .arg(&raw0)
-        .arg("-o")
-        .arg(&pre0)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    preshuffle(&raw0, &pre0);
     let v = json(&run(&pre0));
     assert_eq!(v["run"]["passed"], true, "{v}");
     assert_eq!(v["run"]["nonzero_outputs"], 0, "{v}");
@@ -234,18 +228,7 @@ fn weights_from_a_preshuffled_gpt_oss_file() {
     let raw_b = dir.path().join("bias.safetensors");
     let pre_b = dir.path().join("bias.pre.safetensors");
     gpt_oss_file(&raw_b, 4, 480, 288, true, true);
-    let st = tilegen()
-        .arg("preshuffle")
-        .arg(&raw_b)
-        .arg("-o")
-        .arg(&pre_b)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    preshuffle(&raw_b, &pre_b);
     let v = json(&run(&pre_b));
     assert_eq!(v["run"]["passed"], true, "{v}");
     assert_eq!(v["bias"], true, "{v}");

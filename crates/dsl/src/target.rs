@@ -43,6 +43,9 @@ pub const SIMDS_PER_CU: u32 = 4;
 pub const MAX_WAVES_PER_SIMD: u32 = 8;
 /// Compute units of an MI355X (8 XCDs x 32): the workgroups one round of a launch runs.
 pub const COMPUTE_UNITS: u32 = 256;
+/// Accelerator complex dies of an MI355X, each with its own L2; the dispatcher deals
+/// workgroups to them round robin in linear (x-fastest) order.
+pub const XCDS: u32 = 8;
 /// LLVM's calling convention number of `amdgpu_kernel`.
 pub const AMDGPU_KERNEL_CC: u32 = 91;
 

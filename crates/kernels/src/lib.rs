@@ -20,6 +20,7 @@ pub mod moe;
 pub mod paged;
 mod preb;
 mod spec;
+mod xcd;
 
 pub use compiled::{BuildError, CompiledKernel, Kernarg, ReportError, ResourceReport, occupancy};
 pub use launch::{

@@ -25,6 +25,7 @@ use crate::atom::ScaleSel;
 use crate::gemm::{self, Ctx, Threads};
 use crate::mma::BlockScaledMmaOp;
 use crate::spec::KernelSpec;
+use crate::xcd::xcd_order;
 
 /// Bits of one FP4 element.
 const FP4_BITS: u32 = 4;
@@ -381,15 +382,10 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     }
 }
 
-/// XCDs of an MI355X: the dispatcher hands workgroup `i` (in x-fastest linear order) to XCD
-/// `i mod XCDS`.
-const XCDS: i64 = 8;
-
 /// The workgroup's output tile `(n tile, m tile)` and split-K slice. In the grid's order they
-/// are its ids. With [`KernelSpec::xcd_group_m`] `g`, the linear id `w` is first renumbered so
-/// that the workgroups of one XCD take consecutive numbers (XCD `x` gets the `x`-th run of
-/// `ceil(T / 8)` numbers, or one fewer past the `T mod 8` longer runs), then the number walks
-/// the slices, and within a slice groups of `g` M tiles column by column. Both steps are
+/// are its ids. With [`KernelSpec::xcd_group_m`] `g`, the linear id is first renumbered so
+/// that the workgroups of one XCD take consecutive numbers ([`xcd_order`]), then the number
+/// walks the slices, and within a slice groups of `g` M tiles column by column. Both steps are
 /// bijections of `0..T`, so every tile and slice is still run exactly once.
 fn tile_order<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
@@ -411,13 +407,7 @@ fn tile_order<'k, 'ctx>(
     let plane = gx * gy;
     let total = plane * spec.split_k as i64;
     let w = (z * gy + y) * gx + x;
-    // XCD-contiguous renumbering.
-    let per = (total + (XCDS - 1)) / XCDS;
-    let tall = total - (per - 1) * XCDS;
-    let (xcd, local) = (w % XCDS, w / XCDS);
-    // tall * per + (xcd - tall) * (per - 1) + local, kept free of negative terms.
-    let short_base = xcd * (per - 1) + tall + local;
-    let w = (xcd * per + local).select(xcd.lt(&tall), &short_base);
+    let w = xcd_order(w, total);
     // Slice, then groups of G M tiles within the slice.
     let (slice, t) = (w / plane, w % plane);
     let g = spec.xcd_group_m as i64;

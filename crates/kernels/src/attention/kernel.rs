@@ -13,9 +13,7 @@ use super::spec::AttentionSpec;
 use crate::atom::MFMA_16X16X128_FP8;
 use crate::loader::{KeyOrder, LdsTile, TiledMmaLoader};
 use crate::paged::{PagedRowIndices, RowCopy};
-
-/// XCDs of an MI355X; the dispatcher deals workgroups to them round robin.
-const XCDS: i64 = 8;
+use crate::xcd::xcd_order;
 
 /// `s_waitcnt lgkmcnt(0)` (vmcnt and expcnt at their maxima): every LDS read has returned.
 const LGKMCNT_0: u32 = 0xF | (0x3 << 14) | (0x7 << 4);
@@ -501,18 +499,6 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
         )?;
     }
     Ok(())
-}
-
-/// The work item of dispatched workgroup `i` of `n`: workgroup `i` runs on XCD `i mod 8`
-/// (round robin), so consecutive work items are given to the same XCD, where they run side by
-/// side and share its L2. Neighbouring KV heads of a sequence then read the two halves of the
-/// same 128-byte cache lines (a 64-byte head row) through one L2 instead of fetching each line
-/// from memory once per XCD.
-fn xcd_order<'k, 'ctx>(i: Int<'k, 'ctx>, n: Int<'k, 'ctx>) -> Int<'k, 'ctx> {
-    let x = i % XCDS;
-    // XCD x holds n / 8 workgroups, one more if x < n mod 8; those of the XCDs before it come
-    // first.
-    x * (n / XCDS) + x.min(&(n % XCDS)) + i / XCDS
 }
 
 /// Merges the partials of a workgroup's waves (`split_kv == 1`) in LDS, as the reduce kernel
