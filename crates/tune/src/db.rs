@@ -8,9 +8,11 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{
+    Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde::{Deserialize, Serialize};
 use tilegen_kernels::SpecValues;
 
@@ -50,6 +52,16 @@ pub enum DbError {
     /// A merge input does not exist.
     #[error("{} does not exist", .0.display())]
     Missing(PathBuf),
+}
+
+/// How long a connection waits for another process's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Format version of the schema.
@@ -172,14 +184,25 @@ impl Db {
             source,
         };
         let conn = Connection::open(&path).map_err(e)?;
-        conn.busy_timeout(Duration::from_secs(120)).map_err(e)?;
-        // WAL lets readers and one writer proceed together; writers queue on the busy timeout.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(e)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(e)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(e)?;
         let db = Db { conn, path };
-        db.init()?;
-        Ok(db)
+        // Processes opening one new file at once race to switch it to WAL and to create the
+        // tables. SQLite answers some of those races with SQLITE_BUSY without calling the busy
+        // handler (where waiting could deadlock, or while another connection recovers the WAL),
+        // so the whole setup is retried until the same timeout.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match db.setup() {
+                Err(DbError::Sqlite { source, .. })
+                    if is_busy(&source) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other.map(|()| db),
+            }
+        }
     }
 
     /// Opens an existing database, refusing a missing file.
@@ -198,20 +221,33 @@ impl Db {
         }
     }
 
-    fn init(&self) -> Result<(), DbError> {
+    fn setup(&self) -> Result<(), DbError> {
         let e = self.err();
-        self.conn
-            .execute_batch(&format!(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                 INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
-                 {}
-                 {}
-                 COMMIT;",
-                table_sql("results", "gfx, cus, m, n, k, cache_key, source"),
-                table_sql("history", "uid"),
-            ))
+        let mode: String = self
+            .conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
             .map_err(&e)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            // WAL lets readers and one writer proceed together; writers queue on the busy timeout.
+            self.conn
+                .pragma_update(None, "journal_mode", "WAL")
+                .map_err(&e)?;
+        }
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&e)?;
+        let tx =
+            Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate).map_err(&e)?;
+        tx.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
+             {}
+             {}",
+            table_sql("results", "gfx, cus, m, n, k, cache_key, source"),
+            table_sql("history", "uid"),
+        ))
+        .map_err(&e)?;
+        tx.commit().map_err(&e)?;
         let found: Option<String> = self
             .conn
             .query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| {
@@ -257,7 +293,7 @@ impl Db {
         };
         let tx = self
             .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&e)?;
         let mut improved = 0;
         for r in rows {
@@ -336,7 +372,7 @@ impl Db {
             };
             let tx = self
                 .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(&e)?;
             stats.read += history.len() as u64;
             for r in &history {
@@ -477,4 +513,32 @@ fn insert(
         r.detail,
     ])?;
     Ok(n as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections opening one new file at the same moment all get a working database.
+    #[test]
+    fn concurrent_opens_of_a_new_file_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..20 {
+            let path = dir.path().join(format!("{round}.db"));
+            let barrier = std::sync::Barrier::new(6);
+            std::thread::scope(|s| {
+                let opened: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            Db::open(&path).and_then(|db| db.counts())
+                        })
+                    })
+                    .collect();
+                for o in opened {
+                    assert_eq!(o.join().unwrap().unwrap(), (0, 0));
+                }
+            });
+        }
+    }
 }
