@@ -30,6 +30,10 @@ use crate::xcd::xcd_order;
 /// Bits of one FP4 element.
 const FP4_BITS: u32 = 4;
 
+/// MMA rows of A fragments read from LDS ahead of the MFMAs that use them: two rows' MFMAs
+/// (at least 2 x 16 cycles) cover an LDS read's latency, at 4 VGPRs per fragment in flight.
+const A_READ_AHEAD: usize = 2;
+
 /// One operand's preshuffled scales, as two views of the same layout split at dword
 /// granularity: `dwords` addresses the dword a lane loads, `bytes` (no memory) the byte within
 /// it that the MFMA's `op_sel` (or a shift) picks.
@@ -127,9 +131,18 @@ impl<'k, 'ctx> Scales<'k, 'ctx> {
 
 /// A lane's scale fragments for one pipeline stage, whatever their layout: the dwords to
 /// load, and the byte of a loaded dword each MMA tile and K step uses.
+///
+/// Loading is split in two so a pipeline can issue a stage's loads a tile ahead and use them
+/// later: [`ScaleFragments::issue`] only loads, [`ScaleFragments::finish`] does the per-lane
+/// arithmetic on the loaded dwords, which would otherwise wait for the loads where they are
+/// issued.
 pub(crate) trait ScaleFragments<'k, 'ctx> {
-    /// Loads the dwords this stage needs.
-    fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>>;
+    /// Issues the loads of the dwords this stage needs.
+    fn issue(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>>;
+    /// The dwords [`ScaleFragments::select`] reads, from those `issue` loaded.
+    fn finish(&self, k: &'k Kernel<'ctx>, raw: Vec<Int<'k, 'ctx>>) -> Result<Vec<Int<'k, 'ctx>>>;
+    /// How many dwords `issue` loads.
+    fn dwords(&self) -> usize;
     /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`.
     fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>>;
 }
@@ -141,23 +154,33 @@ impl<'k, 'ctx> ScaleFrags<'k, 'ctx> {
 }
 
 impl<'k, 'ctx> ScaleFragments<'k, 'ctx> for ScaleFrags<'k, 'ctx> {
-    /// Loads the distinct dwords. A byte offset that is the lane's own (a 32-row MMA tile's
-    /// lanes span both 16-row halves of a dword) is shifted out here, once per dword.
-    fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
-        let lane_byte = self.lane_byte()?;
+    fn dwords(&self) -> usize {
+        self.loads.len()
+    }
+
+    /// Loads the distinct dwords.
+    fn issue(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
         self.loads
             .iter()
             .map(|&(i, kk)| {
-                let v = self
-                    .dwords
+                self.dwords
                     .load_as(&Coord::from((0, i, kk)), Ty::I32)?
-                    .int(k)?;
-                Ok(match lane_byte.static_value() {
-                    Some(_) => v,
-                    None => shift_bytes(v, &lane_byte),
-                })
+                    .int(k)
             })
             .collect()
+    }
+
+    /// A byte offset that is the lane's own (a 32-row MMA tile's lanes span both 16-row
+    /// halves of a dword) is shifted out here, once per dword.
+    fn finish(&self, _k: &'k Kernel<'ctx>, raw: Vec<Int<'k, 'ctx>>) -> Result<Vec<Int<'k, 'ctx>>> {
+        let lane_byte = self.lane_byte()?;
+        Ok(match lane_byte.static_value() {
+            Some(_) => raw,
+            None => raw
+                .into_iter()
+                .map(|v| shift_bytes(v, &lane_byte))
+                .collect(),
+        })
     }
 
     /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`: a byte known at
@@ -210,10 +233,48 @@ impl<'k, 'ctx> Rows<'k, 'ctx> {
     }
 }
 
-/// One tile's B operands in registers: fragments `[k_step][n]` and scale dwords.
+/// One tile's operands loaded into registers ahead of its MFMAs: B fragments `[k_step][n]`,
+/// and the raw scale dwords of B and of A (A's tile itself goes through LDS).
 struct BRegs<'ctx> {
     frags: Vec<Var<'ctx>>,
     scales: Vec<Var<'ctx>>,
+    a_scales: Vec<Var<'ctx>>,
+}
+
+/// A stage's B fragment loads not issued yet, in the order the MFMA chain consumes them (K
+/// step outer), so waits for the first MFMAs do not cover the later loads.
+struct PendingB<'r, 'k, 'ctx> {
+    regs: &'r BRegs<'ctx>,
+    /// The stage's B fragments of this lane.
+    frag: TileTensor<'k, 'ctx>,
+    /// The next fragment to load, as `k_step * nn + n`.
+    next: usize,
+    /// Loads issued for the stage so far (scales included).
+    issued: u32,
+}
+
+impl<'k, 'ctx> PendingB<'_, 'k, 'ctx> {
+    /// Fragments not issued yet.
+    fn left(&self) -> usize {
+        self.regs.frags.len() - self.next
+    }
+
+    /// Issues up to `n` more fragment loads. The per-N-tile part of the offset goes to the
+    /// lane offset (one VGPR per tile, computed once) and the K part to the uniform one.
+    fn issue<A: AOperand<'k, 'ctx>>(
+        &mut self,
+        ml: &Mainloop<'_, 'k, 'ctx, A>,
+        n: usize,
+    ) -> Result<()> {
+        for _ in 0..n.min(self.left()) {
+            let (kk, j) = (self.next / ml.nn, self.next % ml.nn);
+            let v = self.frag.load_values(&[j as i64, kk as i64])?;
+            ml.k().set(&self.regs.frags[self.next], v)?;
+            self.next += 1;
+            self.issued += 1;
+        }
+        Ok(())
+    }
 }
 
 /// Where a [`Mainloop`]'s A operand comes from: how a K tile of its `BM` rows is staged into
@@ -437,7 +498,7 @@ pub(crate) fn b_view<'k, 'ctx>(
     TileTensor::packed(k, Storage::Global(buf), b_nk, FP4_BITS)
 }
 
-/// The A slots of the spec's LDS plan (one, or two with b_prefetch) and the zeroed
+/// The A slots of the spec's LDS plan (one per pipeline stage) and the zeroed
 /// accumulators of a wave's `BM x WN` tile.
 pub(crate) fn mma_state<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
@@ -597,30 +658,44 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         self.step_elems / self.mma.atom.scale_block().unwrap_or(1)
     }
 
-    /// Loads stage `t`'s B fragments and B scale dwords into `regs` (`steps` K steps), and
-    /// returns how many loads it issued.
+    /// Loads stage `t`'s scale dwords of A and B and its B fragments into `regs` (`steps` K
+    /// steps), and returns how many loads it issued.
     fn load_b(&self, regs: &BRegs<'ctx>, t: Int<'k, 'ctx>, steps: i64) -> Result<u32> {
+        let mut pending = self.start_b(regs, t, steps)?;
+        pending.issue(self, usize::MAX)?;
+        Ok(pending.issued)
+    }
+
+    /// Issues stage `t`'s scale dwords of A and B into `regs` and returns its B fragment loads,
+    /// to be issued later ([`PendingB::issue`]). The scales go first: the stage's first MFMA
+    /// needs all of them, and a wait on the vector memory counter covers every load issued
+    /// before the one it waits for.
+    fn start_b<'r>(
+        &self,
+        regs: &'r BRegs<'ctx>,
+        t: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<PendingB<'r, 'k, 'ctx>> {
         let k = self.k();
         let frag = self
             .b_rows()
             .of(&self.b, steps * self.step_elems, t)?
             .partition_b(&self.mma.atom, self.th.lane)?;
         let mut issued = 0;
-        // Fragments in the order the MFMA chain consumes them (K step outer), so waits for the
-        // first MFMAs do not cover the later loads. The per-N-tile part of the offset goes to
-        // the lane offset (one VGPR per tile, computed once) and the K part to the uniform one.
-        for kk in 0..steps {
-            for j in 0..self.nn {
-                let v = frag.load_values(&[j as i64, kk])?;
-                k.set(&regs.frags[kk as usize * self.nn + j], v)?;
-                issued += 1;
-            }
-        }
-        for (var, v) in regs.scales.iter().zip(self.b_scales(t, steps)?.load(k)?) {
+        for (var, v) in regs.scales.iter().zip(self.b_scales(t, steps)?.issue(k)?) {
             k.set(var, v.into())?;
             issued += 1;
         }
-        Ok(issued)
+        for (var, v) in regs.a_scales.iter().zip(self.a_scales(t, steps)?.issue(k)?) {
+            k.set(var, v.into())?;
+            issued += 1;
+        }
+        Ok(PendingB {
+            regs,
+            frag,
+            next: 0,
+            issued,
+        })
     }
 
     fn new_regs(&self, steps: i64) -> Result<BRegs<'ctx>> {
@@ -629,16 +704,35 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let frags = (0..steps as usize * self.nn)
             .map(|_| k.var(frag))
             .collect::<Result<_>>()?;
-        let dwords = self.b_scales(k.i32(0), steps)?.loads.len();
-        let scales = (0..dwords)
-            .map(|_| k.var(k.zero(Ty::I32)))
-            .collect::<Result<_>>()?;
-        Ok(BRegs { frags, scales })
+        let dword_vars = |n: usize| {
+            (0..n)
+                .map(|_| k.var(k.zero(Ty::I32)))
+                .collect::<Result<Vec<_>>>()
+        };
+        let scales = dword_vars(self.b_scales(k.i32(0), steps)?.loads.len())?;
+        let a_scales = dword_vars(self.a_scales(k.i32(0), steps)?.dwords())?;
+        Ok(BRegs {
+            frags,
+            scales,
+            a_scales,
+        })
     }
 
     /// The MFMA chain of stage `t`: A fragments from `slot` (a `[BM, steps * step_bytes]`
     /// row-major tile), B from `regs`, scales of A loaded here.
-    fn compute(&self, slot: usize, regs: &BRegs<'ctx>, t: Int<'k, 'ctx>, steps: i64) -> Result<()> {
+    ///
+    /// `next`, when given, is a later stage's B fragment loads: they are issued a few per MMA
+    /// row over the first half of the chain, between MFMAs, instead of in one burst before
+    /// it, where the CU's vector memory path serializes the bursts of all its waves and each
+    /// wave waits for its turn with its matrix core idle.
+    fn compute(
+        &self,
+        slot: usize,
+        regs: &BRegs<'ctx>,
+        t: Int<'k, 'ctx>,
+        steps: i64,
+        mut next: Option<&mut PendingB<'_, 'k, 'ctx>>,
+    ) -> Result<()> {
         let k = self.k();
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
@@ -653,43 +747,70 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             )?,
         };
         let a_frag = wave_tile.partition_a(&self.mma.atom, self.th.lane)?;
+        let read = |vars: &[Var<'ctx>]| {
+            vars.iter()
+                .map(|v| k.get(v)?.int(k))
+                .collect::<Result<Vec<_>>>()
+        };
         let a_sf = self.a_scales(t, steps)?;
-        let a_dwords = a_sf.load(k)?;
+        let a_dwords = a_sf.finish(k, read(&regs.a_scales)?)?;
         let b_sf = self.b_scales(t, steps)?;
-        let b_dwords = regs
-            .scales
-            .iter()
-            .map(|v| k.get(v)?.int(k))
-            .collect::<Result<Vec<_>>>()?;
+        let b_dwords = b_sf.finish(k, read(&regs.scales)?)?;
         let cluster = self.spec.mfma_cluster as usize;
         let mut in_cluster = 0usize;
         let bracket = self.spec.cluster_drain_sched;
-        for kk in 0..steps as usize {
-            let a_frags: Vec<Value<'ctx>> = (0..self.nm)
-                .map(|i| a_frag.load_values(&[i as i64, kk as i64]))
-                .collect::<Result<_>>()?;
-            for (i, &a) in a_frags.iter().enumerate() {
-                let a_sel = a_sf.select(&a_dwords, i, kk)?;
-                for j in 0..self.nn {
-                    let b = k.get(&regs.frags[kk * self.nn + j])?;
-                    let b_sel = b_sf.select(&b_dwords, j, kk)?;
-                    if bracket && in_cluster == 0 {
-                        k.setprio(1)?;
-                        k.sched_barrier(0)?;
-                    }
-                    self.mma.mma(i, j, a, a_sel, b, b_sel)?;
-                    in_cluster += 1;
-                    if bracket && in_cluster == cluster {
-                        k.sched_barrier(0)?;
-                        k.setprio(0)?;
-                        in_cluster = 0;
-                    }
+        // A's fragments are read from LDS `A_READ_AHEAD` MMA rows ahead of the MFMAs that use
+        // them, and each row's MFMAs are fenced, so a read's latency hides behind the MFMAs
+        // before it (left to itself, LLVM reuses one register pair for every fragment and
+        // waits for each read in turn).
+        let order: Vec<(usize, usize)> = (0..steps as usize)
+            .flat_map(|kk| (0..self.nm).map(move |i| (kk, i)))
+            .collect();
+        let read_a = |&(kk, i): &(usize, usize)| a_frag.load_values(&[i as i64, kk as i64]);
+        let mut ahead: std::collections::VecDeque<Value<'ctx>> = order
+            .iter()
+            .take(A_READ_AHEAD)
+            .map(read_a)
+            .collect::<Result<_>>()?;
+        let spread = order.len().div_ceil(2).max(1);
+        for (p, &(kk, i)) in order.iter().enumerate() {
+            if let Some(next) = order.get(p + A_READ_AHEAD) {
+                ahead.push_back(read_a(next)?);
+            }
+            if let Some(b) = next.as_deref_mut() {
+                let rows_left = spread.saturating_sub(p).max(1);
+                let n = b.left().div_ceil(rows_left);
+                b.issue(self, n)?;
+            }
+            let a = ahead.pop_front().ok_or_else(|| {
+                tilegen_dsl::DslError::Internal("an A fragment read ahead is missing".into())
+            })?;
+            let a_sel = a_sf.select(&a_dwords, i, kk)?;
+            for j in 0..self.nn {
+                let b = k.get(&regs.frags[kk * self.nn + j])?;
+                let b_sel = b_sf.select(&b_dwords, j, kk)?;
+                if bracket && in_cluster == 0 {
+                    k.setprio(1)?;
+                    k.sched_barrier(0)?;
                 }
+                self.mma.mma(i, j, a, a_sel, b, b_sel)?;
+                in_cluster += 1;
+                if bracket && in_cluster == cluster {
+                    k.sched_barrier(0)?;
+                    k.setprio(0)?;
+                    in_cluster = 0;
+                }
+            }
+            if !bracket {
+                k.sched_barrier(0)?;
             }
         }
         if bracket && in_cluster != 0 {
             k.sched_barrier(0)?;
             k.setprio(0)?;
+        }
+        if let Some(b) = next {
+            b.issue(self, usize::MAX)?;
         }
         Ok(())
     }
@@ -721,66 +842,115 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 self.stage_a(0, tile_kb(t), steps)?;
                 self.load_b(&regs, t, steps)?;
                 k.barrier()?;
-                self.compute(0, &regs, t, steps)?;
+                self.compute(0, &regs, t, steps, None)?;
                 k.barrier()
             });
         }
-        // Depth-2 pipeline, unrolled by two so each half's register and LDS slot are static.
-        let regs = [self.new_regs(steps)?, self.new_regs(steps)?];
+        // A pipeline of `stages` tiles (the one multiplied and the B tiles in flight ahead of
+        // it), unrolled by `stages` so each step's registers and LDS slot are static.
+        let stages = self.spec.stages() as usize;
+        let ahead = stages - 1;
+        let regs = (0..stages)
+            .map(|_| self.new_regs(steps))
+            .collect::<Result<Vec<_>>>()?;
         let deep = self.spec.deep_prime;
+        // A runs one tile ahead (two with deep_prime), B `ahead` tiles.
+        let a_ahead = if deep { 2 } else { 1 };
         let last = end - 1;
         let mut prologue_loads = 0;
         k.if_then(k.i32(0).lt(&count), || {
-            self.stage_a(0, tile_kb(first), steps)?;
-            if deep {
-                // The second tile into slot 1 (the first again when there is only one: the
-                // 1-deep fallback).
-                let second = (first + 1).min(&last);
-                self.stage_a(1, tile_kb(second), steps)?;
+            // A tiles up to (not including) the first one a step stages, each into its slot
+            // (tiles past the last clamped to it: the 1-deep fallback).
+            for d in 0..a_ahead {
+                self.stage_a(d, tile_kb((first + d as i64).min(&last)), steps)?;
             }
-            prologue_loads = self.load_b(&regs[0], first, steps)?;
+            // B of every tile before the first one a step loads; the last group's count is
+            // what stays in flight across the barrier.
+            for d in 0..ahead {
+                prologue_loads = self.load_b(&regs[d], (first + d as i64).min(&last), steps)?;
+            }
             Ok(())
         })?;
         self.stage_barrier(prologue_loads)?;
-        // One tile per half. The next A tile's global loads are issued before the next B
-        // fragments and written to LDS only after this tile's MFMAs, so neither the LDS writes
-        // nor the barrier wait for the B loads: those stay in flight into the next half, where
-        // each MFMA waits only for its own fragments. Tile indices past the last tile are
-        // clamped to it instead of branched around: the extra loads land in a free slot or in
-        // registers nothing reads again.
-        let half = |t: Int<'k, 'ctx>, cur: usize| -> Result<()> {
-            let nxt = 1 - cur;
-            let b_tile = (t + 1).min(&last);
+        // One tile per step. The next A tile's global loads are issued before the B fragments
+        // of the tile `ahead` on, and written to LDS only after this tile's MFMAs, so neither
+        // the LDS writes nor the barrier wait for the B loads: those stay in flight into the
+        // next steps, where each MFMA waits only for its own fragments. Tile indices past the
+        // last tile are clamped to it instead of branched around: the extra loads land in a
+        // free slot or in registers nothing reads again.
+        let step = |t: Int<'k, 'ctx>, cur: usize| -> Result<()> {
+            let b_slot = (cur + ahead) % stages;
+            let b_tile = (t + ahead as i64).min(&last);
+            let a_slot = (cur + a_ahead) % stages;
+            let a_tile = (t + a_ahead as i64).min(&last);
             if deep {
-                // A for tile t+2 goes into this half's slot once everyone is done reading it.
-                let a_tile = (t + 2).min(&last);
+                // A two tiles on; with two stages its slot is this step's, so it is written
+                // once everyone is done reading it.
                 let pending = if self.spec.dram_to_lds {
                     Vec::new()
                 } else {
-                    self.stage_a_issue(cur, tile_kb(a_tile), steps)?
+                    self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?
                 };
-                let issued = self.load_b(&regs[nxt], b_tile, steps)?;
-                self.compute(cur, &regs[cur], t, steps)?;
-                self.stage_barrier(issued)?;
+                let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
+                self.fence()?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.fence()?;
+                self.stage_barrier(b.issued)?;
                 if self.spec.dram_to_lds {
-                    self.stage_a(cur, tile_kb(a_tile), steps)?;
+                    self.stage_a(a_slot, tile_kb(a_tile), steps)?;
                 } else {
-                    gemm::commit_tile(&self.th, &self.slots[cur], pending)?;
+                    gemm::commit_tile(&self.th, &self.slots[a_slot], pending)?;
                 }
             } else {
-                let pending = self.stage_a_issue(nxt, tile_kb(b_tile), steps)?;
-                let issued = self.load_b(&regs[nxt], b_tile, steps)?;
-                self.compute(cur, &regs[cur], t, steps)?;
-                gemm::commit_tile(&self.th, &self.slots[nxt], pending)?;
-                self.stage_barrier(issued)?;
+                let pending = self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?;
+                let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
+                self.fence()?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.fence()?;
+                gemm::commit_tile(&self.th, &self.slots[a_slot], pending)?;
+                self.stage_barrier(b.issued)?;
             }
             Ok(())
         };
-        k.for_range(first, end, 2, |t| {
-            half(t, 0)?;
-            let t1 = t + 1;
-            k.if_then(t1.lt(&end), || half(t1, 1))
+        k.for_range(first, end, stages as i64, |t| {
+            self.unrolled(t, end, stages, &step)
         })
+    }
+
+    /// Keeps LLVM's scheduler from moving instructions across this point. The pipeline's
+    /// order is its point: loads issued early stay in flight across the MFMAs, and the LDS
+    /// writes of the next A tile, which wait for its loads, stay after them. Left alone the
+    /// scheduler hoists those writes above the MFMAs (so every step waits out a full load
+    /// latency) and sinks loads into registers the next step reads.
+    fn fence(&self) -> Result<()> {
+        self.k().sched_barrier(0)
+    }
+
+    /// Steps `0..stages` of one unrolled iteration from tile `t`, each past the first only
+    /// while its tile is below `end`.
+    fn unrolled(
+        &self,
+        t: Int<'k, 'ctx>,
+        end: Int<'k, 'ctx>,
+        stages: usize,
+        step: &dyn Fn(Int<'k, 'ctx>, usize) -> Result<()>,
+    ) -> Result<()> {
+        fn from<'k, 'ctx>(
+            k: &'k Kernel<'ctx>,
+            t: Int<'k, 'ctx>,
+            end: Int<'k, 'ctx>,
+            cur: usize,
+            stages: usize,
+            step: &dyn Fn(Int<'k, 'ctx>, usize) -> Result<()>,
+        ) -> Result<()> {
+            step(t + cur as i64, cur)?;
+            if cur + 1 == stages {
+                return Ok(());
+            }
+            let next = t + (cur + 1) as i64;
+            k.if_then(next.lt(&end), || from(k, t, end, cur + 1, stages, step))
+        }
+        from(self.k(), t, end, 0, stages, step)
     }
 
     /// The K past the last full tile (K is a multiple of 256, BK_ELEMS may be larger), one MFMA
@@ -799,7 +969,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             self.stage_a(0, st * self.step_bytes(), 1)?;
             self.load_b(&regs, st, 1)?;
             k.barrier()?;
-            self.compute(0, &regs, st, 1)?;
+            self.compute(0, &regs, st, 1, None)?;
             k.barrier()
         })
     }

@@ -236,6 +236,15 @@ pub struct SpecValues {
     /// Left out of the serialized spec when 0, so specs without it keep their cache keys.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub xcd_group_m: u32,
+    /// K tiles of B in flight ahead of the one being multiplied (preb, b_prefetch): 1 (double
+    /// buffer) or 2. See [`KernelSpec::b_prefetch_depth`]. Left out of the serialized spec
+    /// when 1, so specs without it keep their cache keys.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub b_prefetch_depth: u32,
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -258,6 +267,7 @@ impl Explicit {
     const CLUSTER_DRAIN_SCHED: u8 = 1 << 4;
     const DEEP_PRIME: u8 = 1 << 5;
     const MFMA_CLUSTER: u8 = 1 << 6;
+    const B_PREFETCH_DEPTH: u8 = 1 << 7;
 
     fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
@@ -352,6 +362,7 @@ impl KernelSpec {
             split_k: 1,
             acc_agprs: false,
             xcd_group_m: 0,
+            b_prefetch_depth: 1,
         }
         .into()
     }
@@ -442,6 +453,30 @@ impl KernelSpec {
         Explicit::DEEP_PRIME,
         "Stage A two tiles ahead (preb, b_prefetch)."
     );
+
+    setter!(
+        b_prefetch_depth,
+        u32,
+        Explicit::B_PREFETCH_DEPTH,
+        "K tiles of B in flight ahead of the one being multiplied (preb, b_prefetch): 1 or 2. \
+         Depth 2 keeps a third set of B registers and a third A slot in LDS, and unrolls the \
+         K loop by three, so each B fragment has two tiles' MFMAs to arrive in instead of one."
+    );
+
+    /// Most K tiles of B [`KernelSpec::b_prefetch_depth`] keeps in flight: each more costs a
+    /// full set of B fragment registers, an A slot and another copy of the loop body in the
+    /// instruction cache.
+    pub const MAX_B_PREFETCH_DEPTH: u32 = 2;
+
+    /// Pipeline stages of the preb K loop: the tile being multiplied and the B tiles in
+    /// flight ahead of it (1 without b_prefetch).
+    pub fn stages(&self) -> u32 {
+        if self.b_prefetch {
+            1 + self.b_prefetch_depth
+        } else {
+            1
+        }
+    }
 
     /// Lets the MFMA accumulators live in AGPRs: the kernel asks LLVM for at least as many
     /// AGPRs as it has accumulator dwords (`amdgpu-agpr-alloc`), so MFMAs write `a[...]` and
@@ -547,11 +582,13 @@ impl KernelSpec {
         let buf = |name, bytes| LdsBuffer { name, bytes };
         match self.variant {
             Variant::Preb => {
-                let mut v = vec![buf("a_slot0", bm * bk / 2)];
-                if self.b_prefetch {
-                    v.push(buf("a_slot1", bm * bk / 2));
-                }
-                v
+                const NAMES: [&str; 1 + KernelSpec::MAX_B_PREFETCH_DEPTH as usize] =
+                    ["a_slot0", "a_slot1", "a_slot2"];
+                NAMES
+                    .iter()
+                    .take(self.stages() as usize)
+                    .map(|name| buf(name, bm * bk / 2))
+                    .collect()
             }
             Variant::Lds => vec![
                 buf("a_tile", bm * bk / 2),
@@ -583,7 +620,7 @@ impl KernelSpec {
         debug_assert_eq!(acc, self.accumulator_dwords());
         let (b, a) = match self.variant {
             Variant::Preb => {
-                let slots = if self.b_prefetch { 2 } else { 1 };
+                let slots = u64::from(self.stages());
                 (slots * nn * nk * 4, nm * 4)
             }
             Variant::Lds => (nn * 4, nm * 4),
@@ -658,6 +695,20 @@ impl KernelSpec {
             if self.deep_prime {
                 return Err(SpecError::NeedsPrefetch { flag: "deep_prime" });
             }
+            if self.b_prefetch_depth != 1 || x.has(Explicit::B_PREFETCH_DEPTH) {
+                return Err(SpecError::NeedsPrefetch {
+                    flag: "b_prefetch_depth",
+                });
+            }
+        }
+        if !(1..=KernelSpec::MAX_B_PREFETCH_DEPTH).contains(&self.b_prefetch_depth) {
+            return Err(SpecError::OutOfRange {
+                name: "b_prefetch_depth",
+                value: self.b_prefetch_depth,
+                min: 1,
+                max: KernelSpec::MAX_B_PREFETCH_DEPTH,
+                why: "K tiles of B in flight ahead of the one being multiplied",
+            });
         }
         let mn = self.mma_mn();
         match self.variant {
@@ -720,7 +771,7 @@ impl KernelSpec {
             let detail = match self.variant {
                 Variant::Preb => format!(
                     "{} A slot(s) of {} x {} bytes",
-                    if self.b_prefetch { 2 } else { 1 },
+                    self.stages(),
                     self.bm,
                     self.bk_elems / 2
                 ),
@@ -808,6 +859,9 @@ impl KernelSpec {
         );
         if self.b_prefetch {
             s.push_str("_bpf");
+            if self.b_prefetch_depth > 1 {
+                s.push_str(&self.b_prefetch_depth.to_string());
+            }
         }
         if self.b_cache_policy != CachePolicy::Always {
             s.push_str(&format!("_b{:?}", self.b_cache_policy).to_lowercase());
@@ -927,6 +981,32 @@ mod tests {
                 flag: "cluster_drain_sched"
             }
         );
+        // B two tiles ahead needs the pipeline, stays within its bound, and costs a third A
+        // slot and B register set.
+        let e = KernelSpec::new()
+            .b_prefetch_depth(2)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::NeedsPrefetch {
+                flag: "b_prefetch_depth"
+            }
+        );
+        let deeper = KernelSpec::new().b_prefetch(true).b_prefetch_depth(3);
+        assert!(matches!(
+            deeper.validate().unwrap_err(),
+            SpecError::OutOfRange {
+                name: "b_prefetch_depth",
+                ..
+            }
+        ));
+        let two = KernelSpec::new().b_prefetch(true);
+        let three = two.clone().b_prefetch_depth(2);
+        assert_eq!((two.stages(), three.stages()), (2, 3));
+        assert_eq!(three.lds_bytes(), two.lds_bytes() / 2 * 3);
+        assert!(three.register_estimate().0 > two.register_estimate().0);
+        assert!(three.kernel_name().ends_with("_bpf2"));
         let e = KernelSpec::lds().b_prefetch(true).validate().unwrap_err();
         assert!(matches!(
             e,

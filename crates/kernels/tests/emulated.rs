@@ -274,6 +274,66 @@ fn preb_xcd_tile_order() {
     });
 }
 
+/// B two tiles ahead (`b_prefetch_depth` 2): three register sets and A slots rotated by a loop
+/// unrolled by three, on K of 1, 2, 3, 5 and 28 tiles (fewer tiles than stages, and every
+/// remainder of the unrolled loop), with each A schedule, waves along M and split-K.
+#[test]
+fn preb_prefetch_depth_two() {
+    let mut specs = Vec::new();
+    for (bm, bn, bk, wn) in [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)] {
+        for dram in [false, true] {
+            for deep in [false, true] {
+                specs.push(
+                    KernelSpec::new()
+                        .bm(bm)
+                        .bn(bn)
+                        .bk_elems(bk)
+                        .wn(wn)
+                        .b_prefetch(true)
+                        .b_prefetch_depth(2)
+                        .dram_to_lds(dram)
+                        .deep_prime(deep),
+                );
+            }
+        }
+    }
+    specs.push(
+        KernelSpec::new()
+            .bm(128)
+            .wm(64)
+            .bn(128)
+            .wn(64)
+            .bk_elems(256)
+            .b_prefetch(true)
+            .b_prefetch_depth(2)
+            .cluster_drain_sched(true)
+            .acc_agprs(true),
+    );
+    specs.push(
+        KernelSpec::new()
+            .bm(32)
+            .bn(128)
+            .wn(32)
+            .bk_elems(256)
+            .b_prefetch(true)
+            .b_prefetch_depth(2)
+            .split_k(2),
+    );
+    sweep_shapes(specs, |spec| {
+        let slice = spec.split_k as usize;
+        let n = 2 * spec.bn as usize + 16;
+        [17, 200]
+            .into_iter()
+            .flat_map(|m| {
+                [256, 512, 768, 1280, 7168]
+                    .into_iter()
+                    .filter(|kd| kd % (slice * spec.bk_elems as usize) == 0 || slice == 1)
+                    .map(move |kd| (m, n, kd))
+            })
+            .collect()
+    });
+}
+
 #[test]
 fn preb_split_k() {
     let specs = vec![

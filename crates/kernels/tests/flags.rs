@@ -62,6 +62,10 @@ fn preb_flag_combinations() {
                             spec
                         };
                         check_preb(&spec);
+                        // B two tiles ahead, on the schedules without priority brackets.
+                        if prefetch && !cds {
+                            check_preb(&spec.b_prefetch_depth(2));
+                        }
                     }
                 }
             }
@@ -90,7 +94,8 @@ fn check_preb(spec: &KernelSpec) {
         .filter(|l| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4"))
         .count();
     let per_tile = spec.mfmas_per_stage() as usize;
-    let tiles_in_body = if spec.b_prefetch { 2 } else { 1 };
+    // The loop is unrolled once per pipeline stage.
+    let tiles_in_body = spec.stages() as usize;
     assert_eq!(
         mfmas,
         per_tile * tiles_in_body,
@@ -129,14 +134,15 @@ fn check_preb(spec: &KernelSpec) {
     if spec.dram_to_lds {
         // Every non-lds dwordx4 load in the loop is a B fragment.
         assert_eq!(b_loads.len(), b_frags * tiles_in_body, "{name}: B loads");
-        // Two register sets with b_prefetch: the destinations of the two halves differ.
+        // A register set per stage with b_prefetch: the destinations of the steps differ.
         let dests: std::collections::BTreeSet<&str> = b_loads
             .iter()
             .filter_map(|l| l.split_whitespace().nth(1))
             .map(|d| d.trim_end_matches(','))
             .collect();
         // One register set would give exactly `b_frags` destinations; the allocator may reuse a
-        // register the other half has already freed, so two sets give more, not always twice.
+        // register another step has already freed, so S sets give more than S - 1 would, not
+        // always S times as many.
         assert!(
             tiles_in_body < 2 || dests.len() > b_frags * (tiles_in_body - 1),
             "{name}: {} distinct B destinations for {b_frags} fragments a half",
@@ -239,6 +245,7 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ("split_k", base.clone().split_k(2)),
         ("wm", base.clone().bm(128).wm(64)),
         ("acc_agprs", base.clone().acc_agprs(true)),
+        ("b_prefetch_depth", base.clone().b_prefetch_depth(2)),
     ];
     let mut keys = vec![once.cache_key().to_string()];
     for (what, spec) in variants {

@@ -134,8 +134,17 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                 } else {
                                                     &off
                                                 };
+                                                let depths: &[u32] = if preb && bpf {
+                                                    &space.b_prefetch_depth
+                                                } else {
+                                                    &[1]
+                                                };
                                                 for &mc in &clusters {
-                                                    for &dp in primes {
+                                                    for (&dp, &depth) in
+                                                        primes.iter().flat_map(|p| {
+                                                            depths.iter().map(move |d| (p, d))
+                                                        })
+                                                    {
                                                         for (&w, &sk, &(agpr, xg)) in product3(
                                                             &space.waves_per_eu,
                                                             splits,
@@ -171,6 +180,9 @@ pub fn enumerate(space: &Space) -> Enumeration {
                                                             }
                                                             if dp {
                                                                 s = s.deep_prime(true);
+                                                            }
+                                                            if depth != 1 {
+                                                                s = s.b_prefetch_depth(depth);
                                                             }
                                                             s = s
                                                                 .waves_per_eu(w)

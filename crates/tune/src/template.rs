@@ -105,6 +105,8 @@ pub struct Space {
     pub mfma_cluster: Vec<u32>,
     /// Stage A two tiles ahead (preb, with b_prefetch).
     pub deep_prime: Vec<bool>,
+    /// K tiles of B in flight ahead of the one multiplied (preb, with b_prefetch).
+    pub b_prefetch_depth: Vec<u32>,
     /// Occupancy targets; `None` lets the compiler choose (written `0` in a template).
     pub waves_per_eu: Vec<Option<u32>>,
     /// Split-K slice counts (preb; 1 = no split).
@@ -182,6 +184,7 @@ struct RawSpace {
     cluster_drain_sched: List<bool>,
     mfma_cluster: List<i64>,
     deep_prime: List<bool>,
+    b_prefetch_depth: List<i64>,
     waves_per_eu: List<i64>,
     split_k: List<i64>,
     acc_agprs: List<bool>,
@@ -484,6 +487,7 @@ impl Template {
             )?,
             mfma_cluster,
             deep_prime: cx.values("deep_prime", &s.deep_prime, vec![false])?,
+            b_prefetch_depth: cx.sizes("b_prefetch_depth", &s.b_prefetch_depth, vec![1], 1, "")?,
             waves_per_eu,
             split_k: cx.sizes("split_k", &s.split_k, vec![1], 1, "")?,
             acc_agprs: cx.values("acc_agprs", &s.acc_agprs, vec![false])?,

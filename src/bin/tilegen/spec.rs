@@ -49,6 +49,10 @@ pub struct SpecArgs {
     /// Stage A two tiles ahead (preb, with --b-prefetch).
     #[arg(long)]
     pub deep_prime: bool,
+    /// K tiles of B in flight ahead of the one multiplied: 1 or 2 (preb, with --b-prefetch;
+    /// 2 costs a third B register set and A slot).
+    #[arg(long)]
+    pub b_prefetch_depth: Option<u32>,
     /// Element type of C.
     #[arg(long, value_enum, default_value_t = OutDtype::Bf16)]
     pub out_dtype: OutDtype,
@@ -87,6 +91,7 @@ impl SpecArgs {
         s = set(s, self.mfma_cluster, KernelSpec::mfma_cluster);
         s = set(s, self.split_k, KernelSpec::split_k);
         s = set(s, self.xcd_group_m, KernelSpec::xcd_group_m);
+        s = set(s, self.b_prefetch_depth, KernelSpec::b_prefetch_depth);
         if let Some(v) = self.mma {
             s = s.mma(v);
         }

@@ -347,15 +347,24 @@ struct GatheredFrags<'k, 'ctx> {
 }
 
 impl<'k, 'ctx> ScaleFragments<'k, 'ctx> for GatheredFrags<'k, 'ctx> {
-    fn load(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
+    fn dwords(&self) -> usize {
+        self.at.len()
+    }
+
+    fn issue(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
         self.at
             .iter()
-            .map(|&(word, byte)| {
-                let v = k.buffer_load(&self.buf, word, self.uniform, 1)?.int(k)?;
-                // The byte this lane's MFMA uses, shifted down to byte 0.
-                Ok(v.idx().shr(&byte.idx().mul(&Idx::Static(8))).to_value(&v))
-            })
+            .map(|&(word, _)| k.buffer_load(&self.buf, word, self.uniform, 1)?.int(k))
             .collect()
+    }
+
+    /// The byte this lane's MFMA uses, shifted down to byte 0.
+    fn finish(&self, _k: &'k Kernel<'ctx>, raw: Vec<Int<'k, 'ctx>>) -> Result<Vec<Int<'k, 'ctx>>> {
+        Ok(raw
+            .into_iter()
+            .zip(&self.at)
+            .map(|(v, &(_, byte))| v.idx().shr(&byte.idx().mul(&Idx::Static(8))).to_value(&v))
+            .collect())
     }
 
     fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>> {
