@@ -722,7 +722,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     /// row-major tile), B from `regs`, scales of A loaded here.
     ///
     /// `next`, when given, is a later stage's B fragment loads: they are issued a few per MMA
-    /// row over the first half of the chain, between MFMAs, instead of in one burst before
+    /// row over the whole chain, between MFMAs, instead of in one burst before
     /// it, where the CU's vector memory path serializes the bursts of all its waves and each
     /// wave waits for its turn with its matrix core idle.
     fn compute(
@@ -772,7 +772,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             .take(A_READ_AHEAD)
             .map(read_a)
             .collect::<Result<_>>()?;
-        let spread = order.len().div_ceil(2).max(1);
+        let spread = order.len().max(1);
         for (p, &(kk, i)) in order.iter().enumerate() {
             if let Some(next) = order.get(p + A_READ_AHEAD) {
                 ahead.push_back(read_a(next)?);
