@@ -719,7 +719,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     }
 
     /// The MFMA chain of stage `t`: A fragments from `slot` (a `[BM, steps * step_bytes]`
-    /// row-major tile), B from `regs`, scales of A loaded here.
+    /// row-major tile), B fragments and both operands' scales from `regs`.
     ///
     /// `next`, when given, is a later stage's B fragment loads: they are issued a few per MMA
     /// row over the whole chain, between MFMAs, instead of in one burst before
