@@ -866,8 +866,8 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             }
             // B of every tile before the first one a step loads; the last group's count is
             // what stays in flight across the barrier.
-            for d in 0..ahead {
-                prologue_loads = self.load_b(&regs[d], (first + d as i64).min(&last), steps)?;
+            for (d, r) in regs.iter().enumerate().take(ahead) {
+                prologue_loads = self.load_b(r, (first + d as i64).min(&last), steps)?;
             }
             Ok(())
         })?;
