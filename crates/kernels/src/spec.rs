@@ -247,6 +247,27 @@ fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
+/// `value` within `min..=max`, or the error naming the rule.
+fn in_range(
+    name: &'static str,
+    value: u32,
+    min: u32,
+    max: u32,
+    why: &'static str,
+) -> Result<(), SpecError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+            why,
+        })
+    }
+}
+
 fn is_zero(v: &u32) -> bool {
     *v == 0
 }
@@ -701,15 +722,13 @@ impl KernelSpec {
                 });
             }
         }
-        if !(1..=KernelSpec::MAX_B_PREFETCH_DEPTH).contains(&self.b_prefetch_depth) {
-            return Err(SpecError::OutOfRange {
-                name: "b_prefetch_depth",
-                value: self.b_prefetch_depth,
-                min: 1,
-                max: KernelSpec::MAX_B_PREFETCH_DEPTH,
-                why: "K tiles of B in flight ahead of the one being multiplied",
-            });
-        }
+        in_range(
+            "b_prefetch_depth",
+            self.b_prefetch_depth,
+            1,
+            KernelSpec::MAX_B_PREFETCH_DEPTH,
+            "K tiles of B in flight ahead of the one being multiplied",
+        )?;
         let mn = self.mma_mn();
         match self.variant {
             Variant::Preb => {
@@ -807,36 +826,30 @@ impl KernelSpec {
                 detail: format!("{per_simd} waves per SIMD x ({detail})"),
             });
         }
-        if !(1..=KernelSpec::MAX_SPLIT_K).contains(&self.split_k) {
-            return Err(SpecError::OutOfRange {
-                name: "split_k",
-                value: self.split_k,
-                min: 1,
-                max: KernelSpec::MAX_SPLIT_K,
-                why: "K slices run by the grid's z dimension",
-            });
-        }
+        in_range(
+            "split_k",
+            self.split_k,
+            1,
+            KernelSpec::MAX_SPLIT_K,
+            "K slices run by the grid's z dimension",
+        )?;
         preb_only("split_k", self.split_k > 1)?;
-        if self.xcd_group_m > KernelSpec::MAX_XCD_GROUP_M {
-            return Err(SpecError::OutOfRange {
-                name: "xcd_group_m",
-                value: self.xcd_group_m,
-                min: 0,
-                max: KernelSpec::MAX_XCD_GROUP_M,
-                why: "M tiles per group of the XCD-aware tile order",
-            });
-        }
+        in_range(
+            "xcd_group_m",
+            self.xcd_group_m,
+            0,
+            KernelSpec::MAX_XCD_GROUP_M,
+            "M tiles per group of the XCD-aware tile order",
+        )?;
         preb_only("xcd_group_m", self.xcd_group_m > 0)?;
-        if let Some(w) = self.waves_per_eu
-            && !(1..=MAX_WAVES_PER_SIMD).contains(&w)
-        {
-            return Err(SpecError::OutOfRange {
-                name: "waves_per_eu",
-                value: w,
-                min: 1,
-                max: MAX_WAVES_PER_SIMD,
-                why: "a gfx950 SIMD holds 1 to 8 waves",
-            });
+        if let Some(w) = self.waves_per_eu {
+            in_range(
+                "waves_per_eu",
+                w,
+                1,
+                MAX_WAVES_PER_SIMD,
+                "a gfx950 SIMD holds 1 to 8 waves",
+            )?;
         }
         Ok(())
     }

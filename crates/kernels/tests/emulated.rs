@@ -72,10 +72,16 @@ fn sweep_shapes(
     );
 }
 
+/// (bm, bn, bk_elems, wn) of the preb flag matrices: the seed default, a square tile with
+/// 32-wide waves, and the smallest (BM = 16 and WN = 16 exercise the run-time scale-byte
+/// selection).
+const PREB_TILES: &[(u32, u32, u32, u32)] =
+    &[(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
+
 #[test]
 fn preb_every_flag_combination() {
     let mut specs = Vec::new();
-    for (bm, bn, bk, wn) in [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)] {
+    for &(bm, bn, bk, wn) in PREB_TILES {
         for prefetch in [false, true] {
             for dram in [false, true] {
                 for cds in [false, true] {
@@ -280,7 +286,7 @@ fn preb_xcd_tile_order() {
 #[test]
 fn preb_prefetch_depth_two() {
     let mut specs = Vec::new();
-    for (bm, bn, bk, wn) in [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)] {
+    for &(bm, bn, bk, wn) in PREB_TILES {
         for dram in [false, true] {
             for deep in [false, true] {
                 specs.push(
