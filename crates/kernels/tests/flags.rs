@@ -148,6 +148,29 @@ fn check_preb(spec: &KernelSpec) {
             "{name}: {} distinct B destinations for {b_frags} fragments a half",
             dests.len()
         );
+        // With b_prefetch the next stage's B fragments are issued between this stage's MFMAs,
+        // not in one burst before them: most of them sit inside the MFMA chain (where the chain
+        // has rows enough to spread them over; LLVM may order a load and its row's MFMAs
+        // either way).
+        let rows = (spec.warp_m() / 16 * spec.bk_elems / 128) as usize;
+        if spec.b_prefetch && rows >= 4 {
+            let is_mfma = |l: &str| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4");
+            let first = body.iter().position(|l| is_mfma(l));
+            let last = body.iter().rposition(|l| is_mfma(l));
+            if let (Some(first), Some(last)) = (first, last) {
+                let inside = body[first..last]
+                    .iter()
+                    .filter(|l| {
+                        l.contains("buffer_load_dwordx4") && !l.trim_end().ends_with(" lds")
+                    })
+                    .count();
+                assert!(
+                    2 * inside >= b_loads.len(),
+                    "{name}: {inside} of {} B loads inside the MFMA chain",
+                    b_loads.len()
+                );
+            }
+        }
         let flags = b_policy_flags(spec.b_cache_policy);
         for l in &b_loads {
             let has = |f: &str| l.split_whitespace().any(|w| w == f);
