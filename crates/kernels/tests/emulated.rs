@@ -78,10 +78,15 @@ fn sweep_shapes(
 const PREB_TILES: &[(u32, u32, u32, u32)] =
     &[(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
 
+/// The preb spec of one of [`PREB_TILES`].
+fn preb_tile(&(bm, bn, bk, wn): &(u32, u32, u32, u32)) -> KernelSpec {
+    KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn)
+}
+
 #[test]
 fn preb_every_flag_combination() {
     let mut specs = Vec::new();
-    for &(bm, bn, bk, wn) in PREB_TILES {
+    for tile in PREB_TILES {
         for prefetch in [false, true] {
             for dram in [false, true] {
                 for cds in [false, true] {
@@ -89,7 +94,7 @@ fn preb_every_flag_combination() {
                         if !prefetch && (cds || deep) {
                             continue;
                         }
-                        let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
+                        let base = preb_tile(tile);
                         let chain = base.mfmas_per_stage();
                         let spec = base
                             .b_prefetch(prefetch)
@@ -286,15 +291,11 @@ fn preb_xcd_tile_order() {
 #[test]
 fn preb_prefetch_depth_two() {
     let mut specs = Vec::new();
-    for &(bm, bn, bk, wn) in PREB_TILES {
+    for tile in PREB_TILES {
         for dram in [false, true] {
             for deep in [false, true] {
                 specs.push(
-                    KernelSpec::new()
-                        .bm(bm)
-                        .bn(bn)
-                        .bk_elems(bk)
-                        .wn(wn)
+                    preb_tile(tile)
                         .b_prefetch(true)
                         .b_prefetch_depth(2)
                         .dram_to_lds(dram)
