@@ -121,7 +121,7 @@ pub enum SpecError {
         variant: Variant,
     },
     /// A flag that needs `b_prefetch`.
-    #[error("{flag} requires b_prefetch (it schedules the depth-2 pipeline)")]
+    #[error("{flag} requires b_prefetch (it schedules the prefetching K pipeline)")]
     NeedsPrefetch {
         /// The flag.
         flag: &'static str,
