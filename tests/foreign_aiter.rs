@@ -38,37 +38,14 @@ use half::bf16;
 use rayon::prelude::*;
 use tilegen::mx::{MxMatrix, Reference, reference_gemm};
 use tilegen::runtime::{Device, EmuDevice, LaunchConfig};
-use tilegen_aiter::{
-    Corpus, CorpusStatus, F4GemmKernel, Field, GemmInputs, GemmLaunch, GemmPointers, GemmProblem,
-    default_dir, status,
-};
-use tilegen_testkit::ALLOW_SKIP;
+use tilegen_aiter::{F4GemmKernel, Field, GemmInputs, GemmLaunch, GemmPointers, GemmProblem};
+
+#[path = "../crates/aiter/tests/aiter_corpus/mod.rs"]
+mod aiter_corpus;
+use aiter_corpus::corpus;
 
 /// K of the ragged runs: three K steps, not a multiple of 512.
 const K: u32 = 768;
-
-/// The corpus, or `None` after a loud SKIP when setup recorded PyPI as unreachable and the
-/// person running the tests allowed skipping; a missing corpus always fails.
-fn corpus() -> Option<Corpus> {
-    let dir = default_dir();
-    match status(&dir) {
-        CorpusStatus::Ready => Some(Corpus::open(&dir).unwrap()),
-        CorpusStatus::Unavailable(reason) => {
-            assert!(
-                std::env::var_os(ALLOW_SKIP).is_some_and(|v| v == "1"),
-                "the AITER corpus is unavailable ({reason}); set {ALLOW_SKIP}=1 to skip the tests that need it"
-            );
-            eprintln!(
-                "\n!!!!!!!! SKIPPED ({ALLOW_SKIP}=1): the AITER corpus is unavailable ({reason}) !!!!!!!!\n"
-            );
-            None
-        }
-        CorpusStatus::Missing => panic!(
-            "the AITER corpus is missing at {}: run `cargo xtask setup`",
-            dir.display()
-        ),
-    }
-}
 
 /// One kernel run: the output (first N columns of each row) and what the emulator reported.
 struct Run {

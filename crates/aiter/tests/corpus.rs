@@ -2,34 +2,13 @@
 //! layout the kernargs module writes, every MI355X asm row of the tuned table names an indexed
 //! kernel and is a launch the kernels can run, and the fixed split is what its docs say.
 
+use tilegen_aiter::KERNARG_BYTES;
 use tilegen_aiter::calibrate::{
     CALIBRATION_TILES, Evaluation, Predictor, Roofline, Set, calibration_rows, describe_row,
 };
-use tilegen_aiter::{Corpus, CorpusStatus, KERNARG_BYTES, default_dir, status};
-use tilegen_testkit::ALLOW_SKIP;
 
-/// The corpus, or `None` after a loud SKIP when setup recorded PyPI as unreachable and skipping
-/// is allowed; a missing corpus always fails.
-fn corpus() -> Option<Corpus> {
-    let dir = default_dir();
-    match status(&dir) {
-        CorpusStatus::Ready => Some(Corpus::open(&dir).unwrap()),
-        CorpusStatus::Unavailable(reason) => {
-            assert!(
-                std::env::var_os(ALLOW_SKIP).is_some_and(|v| v == "1"),
-                "the AITER corpus is unavailable ({reason}); set {ALLOW_SKIP}=1 to skip the tests that need it"
-            );
-            eprintln!(
-                "\n!!!!!!!! SKIPPED ({ALLOW_SKIP}=1): the AITER corpus is unavailable ({reason}) !!!!!!!!\n"
-            );
-            None
-        }
-        CorpusStatus::Missing => panic!(
-            "the AITER corpus is missing at {}: run `cargo xtask setup`",
-            dir.display()
-        ),
-    }
-}
+mod aiter_corpus;
+use aiter_corpus::corpus;
 
 #[test]
 fn every_kernel_has_the_argument_layout() {

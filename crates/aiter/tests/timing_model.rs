@@ -4,35 +4,13 @@
 //! measured times is reported by `cargo xtask calibrate`, not asserted here.
 
 use tilegen_aiter::calibrate::{CalibrationRow, Set, TimingModel, calibration_rows};
-use tilegen_aiter::{Corpus, CorpusStatus, default_dir, status};
 use tilegen_emu::timing::{Bound, Params};
-use tilegen_testkit::ALLOW_SKIP;
+
+mod aiter_corpus;
+use aiter_corpus::corpus;
 
 /// CPU seconds of one core the model may take per row.
 const BUDGET_SECONDS: f64 = 2.0;
-
-/// The corpus, or `None` after a loud SKIP when setup recorded PyPI as unreachable and skipping
-/// is allowed; a missing corpus always fails.
-fn corpus() -> Option<Corpus> {
-    let dir = default_dir();
-    match status(&dir) {
-        CorpusStatus::Ready => Some(Corpus::open(&dir).unwrap()),
-        CorpusStatus::Unavailable(reason) => {
-            assert!(
-                std::env::var_os(ALLOW_SKIP).is_some_and(|v| v == "1"),
-                "the AITER corpus is unavailable ({reason}); set {ALLOW_SKIP}=1 to skip the tests that need it"
-            );
-            eprintln!(
-                "\n!!!!!!!! SKIPPED ({ALLOW_SKIP}=1): the AITER corpus is unavailable ({reason}) !!!!!!!!\n"
-            );
-            None
-        }
-        CorpusStatus::Missing => panic!(
-            "the AITER corpus is missing at {}: run `cargo xtask setup`",
-            dir.display()
-        ),
-    }
-}
 
 /// The calibration row of `tile` at `m x n x k`.
 fn row<'a>(rows: &'a [CalibrationRow], tile: &str, m: u32, n: u32, k: u32) -> &'a CalibrationRow {

@@ -234,22 +234,13 @@ impl<'ctx> Kernel<'ctx> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{KernelAttrs, Signature};
+    use crate::kernel::test_kernel;
     use inkwell::context::Context;
 
     #[test]
     fn refusals_name_the_rule() {
         let ctx = Context::create();
-        let k = Kernel::new(
-            &ctx,
-            "k",
-            &Signature::new(),
-            KernelAttrs {
-                workgroup_size: 64,
-                waves_per_eu: None,
-            },
-        )
-        .unwrap();
+        let k = test_kernel(&ctx);
         let one = k.f32(1.0);
         let i = Value::from(k.i32(1));
         assert!(k.fadd(one, i).is_err());

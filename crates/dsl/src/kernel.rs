@@ -534,6 +534,16 @@ impl Var<'_> {
     }
 }
 
+/// An empty one-wave kernel `k` without arguments, for the builder's unit tests.
+#[cfg(test)]
+pub(crate) fn test_kernel(ctx: &Context) -> Kernel<'_> {
+    let attrs = KernelAttrs {
+        workgroup_size: 64,
+        waves_per_eu: None,
+    };
+    Kernel::new(ctx, "k", &Signature::new(), attrs).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,16 +551,7 @@ mod tests {
     #[test]
     fn only_known_intrinsics_are_emitted() {
         let ctx = Context::create();
-        let k = Kernel::new(
-            &ctx,
-            "k",
-            &Signature::new(),
-            KernelAttrs {
-                workgroup_size: 64,
-                waves_per_eu: None,
-            },
-        )
-        .unwrap();
+        let k = test_kernel(&ctx);
         // Accepted by LLVM's verifier on gfx950 but not selectable: it must never reach codegen.
         let e = k
             .call_intrinsic("llvm.amdgcn.s.sleep.var", &[], &[])

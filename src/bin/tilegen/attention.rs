@@ -371,26 +371,7 @@ fn check_memory(spec: &AttentionSpec, lens: &[i32]) -> Result<()> {
     let rows = batch * (2 * max_len + 256);
     let caches = 2 * rows * kv * d;
     let need = 3 * caches + batch * hq * d * (2 + 2 + 8 + 4 * u128::from(spec.partials()));
-    let available = available_memory()?;
-    if need > u128::from(available) {
-        bail!(
-            "the problem needs about {:.1} GB of host memory (the K and V caches three times \
-             over) but {:.1} GB are available",
-            need as f64 / 1e9,
-            available as f64 / 1e9
-        );
-    }
-    Ok(())
-}
-
-fn available_memory() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|kb| kb.saturating_mul(1024))
-        .context("/proc/meminfo has no MemAvailable line")
+    crate::host::ensure_memory(need, "the K and V caches three times over")
 }
 
 fn emit_outputs(dir: &Path) -> Result<Vec<Output>> {

@@ -346,25 +346,8 @@ fn check_memory(m: usize, n: usize, k: usize, out_bytes: u32) -> Result<()> {
     let (m, n, k, out) = (m as u128, n as u128, k as u128, u128::from(out_bytes));
     let operands = (m + n) * (k / 2 + k / 32);
     let need = 3 * operands + n * k + m * n * (2 * out + 4 + 8);
-    let available = u128::from(available_memory()?);
-    if need > available {
-        bail!(
-            "the problem needs about {:.1} GB of host memory (operands three times over, the \
-             reference's unpacked B and two f32 copies of C) but {:.1} GB are available",
-            need as f64 / 1e9,
-            available as f64 / 1e9
-        );
-    }
-    Ok(())
-}
-
-/// Memory the kernel reports available (`MemAvailable` of /proc/meminfo).
-fn available_memory() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|kb| kb.saturating_mul(1024))
-        .context("/proc/meminfo has no MemAvailable line")
+    crate::host::ensure_memory(
+        need,
+        "operands three times over, the reference's unpacked B and two f32 copies of C",
+    )
 }

@@ -5,6 +5,7 @@ mod build;
 mod device;
 mod emu;
 mod gemm;
+mod host;
 mod moe;
 mod pack;
 mod report;
