@@ -807,7 +807,7 @@ mod tests {
         let bytes: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
         m.write(a, &bytes).unwrap();
         m.write(b + 16, &bytes[16..32]).unwrap();
-        let mut lazy = vec![0u8; 48];
+        let mut lazy = [0u8; 48];
         lazy[16..32].copy_from_slice(&bytes[16..32]);
         for off in 0..48 {
             for len in 0..=48 - off {
