@@ -21,12 +21,12 @@ fn check(spec: AttentionSpec, lens: &[i32], seed: u64) -> Result<String, String>
     let kernels: AttentionKernels = spec.build().map_err(|e| format!("{spec:?}: {e}"))?;
     let problem = AttentionProblem::random(
         lens.len(),
-        spec.q_heads as usize,
-        spec.kv_heads as usize,
-        spec.head_dim as usize,
-        spec.page_size as usize,
+        spec.values().q_heads as usize,
+        spec.values().kv_heads as usize,
+        spec.values().head_dim as usize,
+        spec.values().page_size as usize,
         lens,
-        spec.sm_scale,
+        spec.values().sm_scale,
         seed,
     )
     .map_err(|e| e.to_string())?;

@@ -97,8 +97,8 @@ pub fn run(a: AttentionArgs) -> Result<()> {
     let fitted = AttentionSpec::new(a.q_heads, a.kv_heads, a.head_dim, a.page_size)
         .fit_to(a.batch.try_into().unwrap_or(u32::MAX), max_context);
     let spec = fitted
-        .split_kv(a.split_kv.unwrap_or(fitted.split_kv))
-        .waves(a.waves.unwrap_or(fitted.waves));
+        .split_kv(a.split_kv.unwrap_or(fitted.values().split_kv))
+        .waves(a.waves.unwrap_or(fitted.values().waves));
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
     check_memory(&spec, &lens)?;
@@ -119,7 +119,7 @@ pub fn run(a: AttentionArgs) -> Result<()> {
         a.head_dim as usize,
         a.page_size as usize,
         &lens,
-        spec.sm_scale,
+        spec.values().sm_scale,
         a.seed,
     )
     .context("making the inputs")?;
@@ -362,9 +362,9 @@ fn check_memory(spec: &AttentionSpec, lens: &[i32]) -> Result<()> {
     let max_len = lens.iter().copied().max().unwrap_or(1) as u128;
     let batch = lens.len() as u128;
     let (kv, d, hq) = (
-        u128::from(spec.kv_heads),
-        u128::from(spec.head_dim),
-        u128::from(spec.q_heads),
+        u128::from(spec.values().kv_heads),
+        u128::from(spec.values().head_dim),
+        u128::from(spec.values().q_heads),
     );
     // Twice the pages needed (the shuffled table's spare pages), or the longest context plus
     // slack per sequence.

@@ -146,10 +146,13 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let (_, p) = signature();
     let atom = MFMA_16X16X128_FP8;
     let [mn, _, kd] = atom.shape_mnk();
-    let d = i64::from(spec.head_dim);
-    let (hq, hk) = (i64::from(spec.q_heads), i64::from(spec.kv_heads));
+    let d = i64::from(spec.values().head_dim);
+    let (hq, hk) = (
+        i64::from(spec.values().q_heads),
+        i64::from(spec.values().kv_heads),
+    );
     let g = i64::from(spec.group());
-    let waves = i64::from(spec.waves);
+    let waves = i64::from(spec.values().waves);
     let parts = i64::from(spec.partials());
     let bn = BLOCK_N as i64;
     let row_bytes = hk * d;
@@ -160,7 +163,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let batch = k.i32_arg(p.batch)?;
     let pairs = batch * hk;
     let dispatched = k.block_id_x()? + k.block_id_y()? * pairs;
-    let work = xcd_order(dispatched, pairs * i64::from(spec.split_kv));
+    let work = xcd_order(dispatched, pairs * i64::from(spec.values().split_kv));
     let (split, bx) = (work / pairs, work % pairs);
     let (b, h) = (bx / hk, bx % hk);
     let stride = k.i32_arg(p.table_stride)?;
@@ -233,7 +236,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let two_s = pow2_from_field(k, field - 7)?;
     let q_s = k.fmul(q_f, k.splat(inv, 32)?)?;
     let q_op = pack_fp8(k, q_s)?;
-    let sml = k.f32(sm_log2e(spec.sm_scale));
+    let sml = k.f32(sm_log2e(spec.values().sm_scale));
     let c = k.fmul(k.fmul(load_f32(k, &scales_k, h)?, sml)?, two_s)?;
     let c4 = k.splat(c, 4)?;
 
@@ -270,7 +273,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
         .map(|_| k.var(k.zero(acc_ty)))
         .collect::<Result<Vec<_>>>()?;
     let tile = spec.tile().map_err(|e| DslError::Internal(e.to_string()))?;
-    let page = i64::from(spec.page_size);
+    let page = i64::from(spec.values().page_size);
     let copy = CopyPlan {
         d,
         row_bytes,
@@ -517,7 +520,7 @@ fn merge_waves<'k, 'ctx>(
     m: Value<'ctx>,
     l: Value<'ctx>,
 ) -> Result<(Vec<Value<'ctx>>, Value<'ctx>)> {
-    let slot = BLOCK_N as i64 * i64::from(spec.head_dim);
+    let slot = BLOCK_N as i64 * i64::from(spec.values().head_dim);
     let tile_bytes = 64 * 16;
     let ml_at = acc.len() as i64 * tile_bytes;
     // The slots are reused: the wave's LDS-DMA loads (the masked ones past the sequence's end
@@ -540,7 +543,7 @@ fn merge_waves<'k, 'ctx>(
         )?;
         Ok((k.slice(v, 0, 1)?, k.slice(v, 1, 1)?))
     };
-    let waves = i64::from(spec.waves);
+    let waves = i64::from(spec.values().waves);
     let mut big_m = k.f32(f32::NEG_INFINITY);
     for w in 0..waves {
         let (m, l) = ml_of(w)?;

@@ -42,9 +42,9 @@ pub fn signature() -> (Signature, Params) {
 /// Emits the reduce kernel for `spec` (validated, `split_kv > 1`).
 pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> {
     let (_, p) = signature();
-    let d = i64::from(spec.head_dim);
+    let d = i64::from(spec.values().head_dim);
     let parts = i64::from(spec.partials());
-    let (hq, g) = (i64::from(spec.q_heads), i64::from(spec.group()));
+    let (hq, g) = (i64::from(spec.values().q_heads), i64::from(spec.group()));
     let rows = k.i32_arg(p.rows)?;
     let row = k.block_id_x()?;
     let lane = k.thread_id()?;

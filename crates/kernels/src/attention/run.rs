@@ -78,10 +78,10 @@ impl AttentionKernels {
         let spec = &self.spec;
         s.validate()?;
         let want = (
-            spec.q_heads as usize,
-            spec.kv_heads as usize,
-            spec.head_dim as usize,
-            spec.page_size as usize,
+            spec.values().q_heads as usize,
+            spec.values().kv_heads as usize,
+            spec.values().head_dim as usize,
+            spec.values().page_size as usize,
         );
         let have = (s.q_heads, s.kv_heads, s.head_dim, s.page_size);
         if want != have {
@@ -114,8 +114,8 @@ impl AttentionKernels {
     pub fn launch_config(&self, batch: usize) -> LaunchConfig {
         LaunchConfig {
             grid: [
-                (batch * self.spec.kv_heads as usize) as u32,
-                self.spec.split_kv,
+                (batch * self.spec.values().kv_heads as usize) as u32,
+                self.spec.values().split_kv,
                 1,
             ],
             block: [self.spec.threads(), 1, 1],
@@ -126,7 +126,7 @@ impl AttentionKernels {
     /// The reduce kernel's launch shape: one wave per query row.
     pub fn reduce_config(&self, batch: usize) -> LaunchConfig {
         LaunchConfig {
-            grid: [(batch * self.spec.q_heads as usize) as u32, 1, 1],
+            grid: [(batch * self.spec.values().q_heads as usize) as u32, 1, 1],
             block: [64, 1, 1],
             dynamic_lds: 0,
         }

@@ -92,10 +92,10 @@ pub enum AttentionSpecError {
     Paged(#[from] PagedError),
 }
 
-/// A paged FP8 decode attention configuration. Built with [`AttentionSpec::new`] and setters;
-/// [`AttentionSpec::build`] validates it and compiles both kernels.
+/// The values of an [`AttentionSpec`], read-only through [`AttentionSpec::values`] (the
+/// setters are the one way to change them, and [`AttentionSpec::validate`] judges them).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct AttentionSpec {
+pub struct AttentionValues {
     /// Query heads.
     pub q_heads: u32,
     /// KV heads.
@@ -112,34 +112,55 @@ pub struct AttentionSpec {
     pub sm_scale: f32,
 }
 
+/// A paged FP8 decode attention configuration. Built with [`AttentionSpec::new`] and setters;
+/// [`AttentionSpec::build`] validates it and compiles both kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct AttentionSpec {
+    v: AttentionValues,
+}
+
 impl AttentionSpec {
     /// `q_heads` query heads over `kv_heads` KV heads of `head_dim`, pages of `page_size` rows
     /// (0: contiguous); one split, one wave, `sm_scale = 1 / sqrt(head_dim)`.
     pub fn new(q_heads: u32, kv_heads: u32, head_dim: u32, page_size: u32) -> Self {
         AttentionSpec {
-            q_heads,
-            kv_heads,
-            head_dim,
-            page_size,
-            split_kv: 1,
-            waves: 1,
-            sm_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+            v: AttentionValues {
+                q_heads,
+                kv_heads,
+                head_dim,
+                page_size,
+                split_kv: 1,
+                waves: 1,
+                sm_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+            },
         }
+    }
+
+    /// The values, read-only.
+    pub fn values(&self) -> &AttentionValues {
+        &self.v
     }
 
     /// Splits the keys over `split_kv` workgroups.
     pub fn split_kv(self, split_kv: u32) -> Self {
-        AttentionSpec { split_kv, ..self }
+        let mut s = self;
+        s.v.split_kv = split_kv;
+        s
     }
 
     /// `waves` waves per workgroup.
     pub fn waves(self, waves: u32) -> Self {
-        AttentionSpec { waves, ..self }
+        let mut s = self;
+        s.v.waves = waves;
+        s
     }
 
     /// The softmax scale.
     pub fn sm_scale(self, sm_scale: f32) -> Self {
-        AttentionSpec { sm_scale, ..self }
+        let mut s = self;
+        s.v.sm_scale = sm_scale;
+        s
     }
 
     /// Chooses `waves` and `split_kv` for `batch` sequences of at most `max_context` keys on
@@ -156,7 +177,7 @@ impl AttentionSpec {
         // Resident waves per CU as LDS allows (allocation granules ignored).
         let per_cu = waves as u64 * (u64::from(LDS_BYTES) / lds(waves)).max(1);
         let slots = u64::from(COMPUTE_UNITS) * per_cu;
-        let pairs = (u64::from(batch) * u64::from(self.kv_heads)).max(1);
+        let pairs = (u64::from(batch) * u64::from(self.v.kv_heads)).max(1);
         let tiles = u64::from(max_context).div_ceil(BLOCK_N as u64).max(1);
         let most = (tiles / u64::from(MIN_TILES_PER_PARTIAL)).max(1);
         let partials = slots.div_ceil(pairs).min(most);
@@ -169,38 +190,38 @@ impl AttentionSpec {
 
     /// Query heads per KV head.
     pub fn group(&self) -> u32 {
-        self.q_heads / self.kv_heads.max(1)
+        self.v.q_heads / self.v.kv_heads.max(1)
     }
 
     /// Partials per (sequence, KV head): `split_kv * waves`.
     pub fn partials(&self) -> u32 {
-        self.split_kv * self.waves
+        self.v.split_kv * self.v.waves
     }
 
     /// Whether a reduce pass merges the partials: with more than one workgroup per (sequence,
     /// KV head). The waves of one workgroup merge theirs in LDS.
     pub fn needs_reduce(&self) -> bool {
-        self.split_kv > 1
+        self.v.split_kv > 1
     }
 
     /// LDS bytes: a K and a V tile per wave.
     pub fn lds_bytes(&self) -> u64 {
-        u64::from(self.waves) * 2 * BLOCK_N as u64 * u64::from(self.head_dim)
+        u64::from(self.v.waves) * 2 * BLOCK_N as u64 * u64::from(self.v.head_dim)
     }
 
     /// Work-items per workgroup.
     pub fn threads(&self) -> u32 {
-        self.waves * 64
+        self.v.waves * 64
     }
 
     /// The paged geometry of one tile.
     pub fn tile(&self) -> Result<PagedTile, AttentionSpecError> {
-        Ok(PagedTile::new(BLOCK_N as u32, self.page_size)?)
+        Ok(PagedTile::new(BLOCK_N as u32, self.v.page_size)?)
     }
 
     /// Checks every rule; the first broken one is the error.
     pub fn validate(&self) -> Result<(), AttentionSpecError> {
-        let (q, kv) = (self.q_heads, self.kv_heads);
+        let (q, kv) = (self.v.q_heads, self.v.kv_heads);
         if q == 0 || kv == 0 || !q.is_multiple_of(kv) {
             return Err(AttentionSpecError::Heads {
                 q_heads: q,
@@ -212,33 +233,35 @@ impl AttentionSpec {
                 group: self.group(),
             });
         }
-        if !HEAD_DIMS.contains(&self.head_dim) {
+        if !HEAD_DIMS.contains(&self.v.head_dim) {
             return Err(AttentionSpecError::HeadDim {
-                head_dim: self.head_dim,
+                head_dim: self.v.head_dim,
             });
         }
-        if !PAGE_SIZES.contains(&self.page_size) {
+        if !PAGE_SIZES.contains(&self.v.page_size) {
             return Err(AttentionSpecError::PageSize {
-                page_size: self.page_size,
+                page_size: self.v.page_size,
             });
         }
-        if !(1..=MAX_SPLIT_KV).contains(&self.split_kv) {
+        if !(1..=MAX_SPLIT_KV).contains(&self.v.split_kv) {
             return Err(AttentionSpecError::SplitKv {
-                split_kv: self.split_kv,
+                split_kv: self.v.split_kv,
             });
         }
-        if !(1..=MAX_WAVES).contains(&self.waves) {
-            return Err(AttentionSpecError::Waves { waves: self.waves });
+        if !(1..=MAX_WAVES).contains(&self.v.waves) {
+            return Err(AttentionSpecError::Waves {
+                waves: self.v.waves,
+            });
         }
-        if !(self.sm_scale.is_finite() && self.sm_scale > 0.0) {
+        if !(self.v.sm_scale.is_finite() && self.v.sm_scale > 0.0) {
             return Err(AttentionSpecError::SmScale {
-                sm_scale: self.sm_scale,
+                sm_scale: self.v.sm_scale,
             });
         }
         if self.lds_bytes() > u64::from(LDS_BYTES) {
             return Err(AttentionSpecError::Lds {
-                waves: self.waves,
-                head_dim: self.head_dim,
+                waves: self.v.waves,
+                head_dim: self.v.head_dim,
                 bytes: self.lds_bytes(),
             });
         }
@@ -248,13 +271,13 @@ impl AttentionSpec {
 
     /// The main kernel's symbol.
     pub fn kernel_name(&self) -> String {
-        let page = match self.page_size {
+        let page = match self.v.page_size {
             0 => "contig".to_string(),
             p => format!("p{p}"),
         };
         format!(
             "paged_attn_fp8_q{}_kv{}_d{}_{page}_s{}_w{}",
-            self.q_heads, self.kv_heads, self.head_dim, self.split_kv, self.waves
+            self.v.q_heads, self.v.kv_heads, self.v.head_dim, self.v.split_kv, self.v.waves
         )
     }
 
@@ -440,7 +463,7 @@ mod tests {
         let fit = |d, batch, context| {
             let s = AttentionSpec::new(64, 8, d, 16).fit_to(batch, context);
             assert_eq!(s.validate(), Ok(()), "{s:?}");
-            (s.split_kv, s.waves)
+            (s.values().split_kv, s.values().waves)
         };
         // Batch 64 of 8192 keys: 512 (sequence, KV head) pairs fill 256 CUs with 8 (d = 64) or
         // 4 (d = 128) resident waves each.
