@@ -155,42 +155,33 @@ pub fn describe(p: &Prediction, w: &mut impl Write) -> Result<()> {
         "MFMA busy {:.1}%, HBM {:.0} GB/s, bound: {}",
         100.0 * p.mfma_busy,
         p.hbm_gbs,
-        serde_json::to_value(p.bound)?.as_str().unwrap_or("?")
+        p.bound.name()
     )?;
     writeln!(
         w,
         "occupancy: {} waves per SIMD, {} workgroups per CU (limited by {}); {} of {} workgroups simulated ({})",
         p.occupancy.waves_per_simd,
         p.occupancy.workgroups_per_cu,
-        serde_json::to_value(p.occupancy.limiter)?
-            .as_str()
-            .unwrap_or("?"),
+        p.occupancy.limiter.name(),
         p.workgroups_simulated,
         p.workgroups_total,
         p.method_detail
     )?;
     writeln!(w, "per-SIMD cycles (simulated CUs, summed):")?;
-    let reasons = serde_json::to_value(&p.stalls)?;
-    if let Some(simds) = reasons.as_array() {
-        for s in simds {
-            let cycles = &s["cycles"];
-            let mut parts: Vec<(String, u64)> = cycles
-                .as_object()
-                .map(|o| {
-                    o.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-                        .filter(|(_, v)| *v > 0)
-                        .collect()
-                })
-                .unwrap_or_default();
-            parts.sort_by_key(|p| std::cmp::Reverse(p.1));
-            let total: u64 = parts.iter().map(|p| p.1).sum::<u64>().max(1);
-            let text: Vec<String> = parts
-                .iter()
-                .map(|(k, v)| format!("{k} {:.1}%", 100.0 * *v as f64 / total as f64))
-                .collect();
-            writeln!(w, "  SIMD {}: {}", s["simd"], text.join(", "))?;
-        }
+    for s in &p.stalls {
+        let mut parts: Vec<(&str, u64)> = s
+            .cycles
+            .by_reason()
+            .into_iter()
+            .filter(|r| r.1 > 0)
+            .collect();
+        parts.sort_by_key(|r| std::cmp::Reverse(r.1));
+        let total = s.cycles.total().max(1);
+        let text: Vec<String> = parts
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}%", 100.0 * *v as f64 / total as f64))
+            .collect();
+        writeln!(w, "  SIMD {}: {}", s.simd, text.join(", "))?;
     }
     Ok(())
 }

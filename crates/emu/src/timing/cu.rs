@@ -110,20 +110,27 @@ impl StallBreakdown {
         }
     }
 
+    /// Every reason with its cycles, named as in the JSON report.
+    pub fn by_reason(&self) -> [(&'static str, u64); REASONS] {
+        [
+            ("issued", self.issued),
+            ("dependency", self.dependency),
+            ("mfma_hazard", self.mfma_hazard),
+            ("waitcnt_vm", self.waitcnt_vm),
+            ("waitcnt_lgkm", self.waitcnt_lgkm),
+            ("barrier", self.barrier),
+            ("issue_conflict", self.issue_conflict),
+            ("pipe_busy", self.pipe_busy),
+            ("sleep", self.sleep),
+            ("nop", self.nop),
+            ("branch", self.branch),
+            ("idle", self.idle),
+        ]
+    }
+
     /// All cycles.
     pub fn total(&self) -> u64 {
-        self.issued
-            + self.dependency
-            + self.mfma_hazard
-            + self.waitcnt_vm
-            + self.waitcnt_lgkm
-            + self.barrier
-            + self.issue_conflict
-            + self.pipe_busy
-            + self.sleep
-            + self.nop
-            + self.branch
-            + self.idle
+        self.by_reason().iter().map(|r| r.1).sum()
     }
 }
 
@@ -956,6 +963,21 @@ impl Cu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_are_named_as_in_the_json_report() {
+        let mut a = [0u64; REASONS];
+        for (i, c) in a.iter_mut().enumerate() {
+            *c = 1 << i;
+        }
+        let b = StallBreakdown::from_array(&a);
+        let json = serde_json::to_value(b).unwrap();
+        for (name, cycles) in b.by_reason() {
+            assert_eq!(json[name], cycles, "{name}");
+        }
+        assert_eq!(json.as_object().unwrap().len(), REASONS);
+        assert_eq!(b.total(), (1 << REASONS) - 1);
+    }
 
     #[test]
     fn slots_rotate_over_simds() {

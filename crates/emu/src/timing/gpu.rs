@@ -35,6 +35,20 @@ pub enum Limiter {
     Workgroups,
 }
 
+impl Limiter {
+    /// The limiter's name, as in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limiter::Waves => "waves",
+            Limiter::Vgprs => "vgprs",
+            Limiter::Sgprs => "sgprs",
+            Limiter::Lds => "lds",
+            Limiter::Barriers => "barriers",
+            Limiter::Workgroups => "workgroups",
+        }
+    }
+}
+
 /// How many workgroups of a kernel fit on one CU, and why not more.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Occupancy {
@@ -369,6 +383,31 @@ fn fill(
 mod tests {
     use super::*;
     use crate::exec::setup::KernelSetup;
+
+    #[test]
+    fn limiters_and_bounds_are_named_as_in_the_json_report() {
+        use super::super::Bound;
+        for l in [
+            Limiter::Waves,
+            Limiter::Vgprs,
+            Limiter::Sgprs,
+            Limiter::Lds,
+            Limiter::Barriers,
+            Limiter::Workgroups,
+        ] {
+            assert_eq!(serde_json::to_value(l).unwrap(), l.name());
+        }
+        for b in [
+            Bound::Mfma,
+            Bound::Lds,
+            Bound::MemoryBandwidth,
+            Bound::MemoryLatency,
+            Bound::Issue,
+            Bound::Launch,
+        ] {
+            assert_eq!(serde_json::to_value(b).unwrap(), b.name());
+        }
+    }
 
     fn prog(vgpr_granules: u32, lds: u32, code: &[u32]) -> (DeviceMemory, Program) {
         let mut kd = [0u8; 64];

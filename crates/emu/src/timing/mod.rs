@@ -146,6 +146,20 @@ pub enum Bound {
     Launch,
 }
 
+impl Bound {
+    /// The bound's name, as in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Mfma => "mfma",
+            Bound::Lds => "lds",
+            Bound::MemoryBandwidth => "memory_bandwidth",
+            Bound::MemoryLatency => "memory_latency",
+            Bound::Issue => "issue",
+            Bound::Launch => "launch",
+        }
+    }
+}
+
 /// Per-SIMD cycles by reason (SIMD `simd` of every simulated CU, summed).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimdStalls {
