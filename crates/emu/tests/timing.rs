@@ -267,6 +267,18 @@ fn more_iterations_are_never_faster_and_a_grid_of_256_takes_as_long_as_one() {
     );
     assert_eq!(many.workgroups_total, 256);
     assert_eq!(many.rounds, 1);
+    // The breakdown of the one-workgroup grid describes the CU that ran it, not the idle
+    // CUs simulated beside it: its one wave's SIMD mostly issues MFMAs.
+    let simd0 = &one.stalls[0].cycles;
+    assert!(
+        simd0.idle * 4 < simd0.total(),
+        "SIMD 0 of a one-workgroup grid: {simd0:?}"
+    );
+    assert!(
+        one.method_detail.contains("1 workgroup of XCD 0"),
+        "{}",
+        one.method_detail
+    );
 }
 
 /// A GEMM-shaped kernel: per iteration each workgroup loads a 4 KB tile of A (row block

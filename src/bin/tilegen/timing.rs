@@ -167,7 +167,10 @@ pub fn describe(p: &Prediction, w: &mut impl Write) -> Result<()> {
         p.workgroups_total,
         p.method_detail
     )?;
-    writeln!(w, "per-SIMD cycles (simulated CUs, summed):")?;
+    writeln!(
+        w,
+        "per-SIMD cycles (simulated CUs that held a workgroup, summed):"
+    )?;
     for s in &p.stalls {
         let mut parts: Vec<(&str, u64)> = s
             .cycles

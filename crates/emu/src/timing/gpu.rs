@@ -12,7 +12,7 @@ use crate::exec::setup::DispatchState;
 use crate::isa::Opcode;
 
 use super::TimingError;
-use super::cu::{Ctx, Cu, Finished, REASONS};
+use super::cu::{Ctx, Cu, Finished, REASONS, Reason};
 use super::mem::MemoryReport;
 use super::params::Params;
 use super::trace::{Trace, TraceBuf, TraceOptions};
@@ -297,7 +297,14 @@ pub(crate) fn simulate(
     let mut trace_out = None;
     for cu in cus.iter_mut() {
         cu.close(end, k.slot);
-        for (s, a) in cu.stalls.iter().enumerate() {
+        // A CU that never held a workgroup adds only idle cycles: leave it out, so a small
+        // grid's breakdown describes the CUs that worked.
+        let worked = cu.stalls.iter().any(|a| {
+            a.iter()
+                .enumerate()
+                .any(|(r, &v)| r != Reason::Idle as usize && v > 0)
+        });
+        for (s, a) in cu.stalls.iter().enumerate().filter(|_| worked) {
             for (r, v) in a.iter().enumerate() {
                 stalls[s][r] += v;
             }

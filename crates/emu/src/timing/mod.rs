@@ -160,7 +160,7 @@ impl Bound {
     }
 }
 
-/// Per-SIMD cycles by reason (SIMD `simd` of every simulated CU, summed).
+/// Per-SIMD cycles by reason (SIMD `simd` of every simulated CU that held a workgroup, summed).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimdStalls {
     /// SIMD index in the CU.
@@ -407,22 +407,27 @@ fn run(
             if rounds == 1 {
                 cycles = r0.drained;
                 detail = format!(
-                    "one round: {n_first} workgroups of XCD 0 on {sim_cus} of its {cpx} CUs simulated ({} workgroups per CU); the other XCDs run theirs in parallel",
-                    cap
+                    "one round: {} of XCD 0 on {sim_cus} of its {cpx} CUs simulated ({} per CU); the other XCDs run theirs in parallel",
+                    workgroups(n_first),
+                    workgroups(cap)
                 );
                 sims.push((r0, s0, 1.0));
             } else if n_last == per_round {
                 cycles = t0 * (rounds - 1) + r0.drained;
                 detail = format!(
-                    "{rounds} full rounds of {per_round} workgroups on XCD 0; round 1 ({n_first} workgroups on {sim_cus} CUs) simulated, time x {rounds}"
+                    "{rounds} full rounds of {} on XCD 0; round 1 ({} on {sim_cus} CUs) simulated, time x {rounds}",
+                    workgroups(per_round),
+                    workgroups(n_first)
                 );
                 sims.push((r0, s0, rounds as f64));
             } else {
                 let (rl, sl, n_l) = round(rounds - 1, None)?;
                 cycles = t0 * (rounds - 1) + rl.drained;
                 detail = format!(
-                    "{rounds} rounds on XCD 0: round 1 ({n_first} workgroups on {sim_cus} CUs) simulated, x {}; the last partial round ({n_l} workgroups) simulated on its own",
-                    rounds - 1
+                    "{rounds} rounds on XCD 0: round 1 ({} on {sim_cus} CUs) simulated, x {}; the last partial round ({}) simulated on its own",
+                    workgroups(n_first),
+                    rounds - 1,
+                    workgroups(n_l)
                 );
                 sims.push((r0, s0, (rounds - 1) as f64));
                 sims.push((rl, sl, 1.0));
@@ -534,6 +539,14 @@ fn add_report(a: &mut MemoryReport, b: &MemoryReport) {
             / loads as f64;
     }
     a.loads = loads;
+}
+
+/// `n` workgroups, in words.
+fn workgroups(n: impl Into<u64>) -> String {
+    match n.into() {
+        1 => "1 workgroup".to_string(),
+        n => format!("{n} workgroups"),
+    }
 }
 
 fn classify_bound(
