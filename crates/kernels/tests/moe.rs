@@ -6,8 +6,8 @@
 use rayon::prelude::*;
 use tilegen_kernels::KernelSpec;
 use tilegen_kernels::moe::{
-    Activation, Combine, DeviceWeights, MoeError, MoeLayer, MoeShape, MoeSpec, MoeSpecError,
-    PreshuffledExpert, Routing, Scoring, route,
+    Activation, Combine, DeviceWeights, MoeError, MoeInputError, MoeLayer, MoeShape, MoeSpec,
+    MoeSpecError, PreshuffledExpert, Routing, Scoring, route,
 };
 use tilegen_mx::MxMatrix;
 use tilegen_mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
@@ -390,7 +390,17 @@ fn refusals() {
     // A routing over another number of experts.
     let r = Routing::new(9, 2, vec![0, 1, 2, 3, 4, 5, 6, 8], vec![0.5; 8]).unwrap();
     let e = layer.run(&dev, &weights, &x, &r).unwrap_err();
-    assert!(matches!(e, MoeError::Inputs(_)), "{e}");
+    assert!(
+        matches!(
+            e,
+            MoeError::Inputs(MoeInputError::Routing {
+                experts: 9,
+                topk: 2,
+                ..
+            })
+        ),
+        "{e}"
+    );
     // Tokens of another width, or count.
     let r = random_routing(&shape, 4, 1);
     let narrow = random_tokens(
@@ -404,12 +414,16 @@ fn refusals() {
     .unwrap();
     assert!(matches!(
         layer.run(&dev, &weights, &narrow, &r),
-        Err(MoeError::Inputs(_))
+        Err(MoeError::Inputs(MoeInputError::Tokens { k: 256, .. }))
     ));
     let r5 = random_routing(&shape, 5, 1);
     assert!(matches!(
         layer.run(&dev, &weights, &x, &r5),
-        Err(MoeError::Inputs(_))
+        Err(MoeError::Inputs(MoeInputError::Tokens {
+            rows: 4,
+            tokens: 5,
+            ..
+        }))
     ));
     // A hidden size BK does not divide once padded.
     let odd = MoeShape {
@@ -424,7 +438,13 @@ fn refusals() {
     ));
     // An expert past the layer's.
     let p = PreshuffledExpert::new(&shape, &ExpertWeights::random(&shape, 0, 1).unwrap()).unwrap();
-    assert!(matches!(weights.write(8, &p), Err(MoeError::Inputs(_))));
+    assert!(matches!(
+        weights.write(8, &p),
+        Err(MoeError::Inputs(MoeInputError::Expert {
+            expert: 8,
+            experts: 8
+        }))
+    ));
     // Biases where the weights have none, and the other way round.
     let b = ExpertBias::random(&shape, 0, 1).unwrap();
     let pb = PreshuffledExpert::new(
@@ -435,17 +455,31 @@ fn refusals() {
             .unwrap(),
     )
     .unwrap();
-    assert!(matches!(weights.write(0, &pb), Err(MoeError::Inputs(_))));
+    assert!(matches!(
+        weights.write(0, &pb),
+        Err(MoeError::Inputs(MoeInputError::BiasPresence {
+            expert_has: true
+        }))
+    ));
     let wb = DeviceWeights::new(&dev, &shape, true).unwrap();
-    assert!(matches!(wb.write(0, &p), Err(MoeError::Inputs(_))));
+    assert!(matches!(
+        wb.write(0, &p),
+        Err(MoeError::Inputs(MoeInputError::BiasPresence {
+            expert_has: false
+        }))
+    ));
     let biased = MoeSpec::new(Activation::Swiglu).bias(true).build().unwrap();
     assert!(matches!(
         biased.run(&dev, &weights, &x, &r),
-        Err(MoeError::Inputs(_))
+        Err(MoeError::Inputs(MoeInputError::BiasPresence {
+            expert_has: false
+        }))
     ));
     assert!(matches!(
         layer.run(&dev, &wb, &x, &r),
-        Err(MoeError::Inputs(_))
+        Err(MoeError::Inputs(MoeInputError::BiasPresence {
+            expert_has: true
+        }))
     ));
     // And the run itself works once the inputs fit.
     assert!(layer.run(&dev, &weights, &x, &r).is_ok());

@@ -35,7 +35,7 @@ pub enum MoeError {
     Routing(#[from] RoutingError),
     /// Inputs that do not fit the layer.
     #[error("inputs: {0}")]
-    Inputs(String),
+    Inputs(#[from] MoeInputError),
     /// Preparing inputs (preshuffle, quantization) failed.
     #[error("preparing inputs")]
     Mx(#[from] MxError),
@@ -50,6 +50,89 @@ pub enum MoeError {
         /// Why.
         #[source]
         source: RuntimeError,
+    },
+}
+
+/// How inputs fail to fit a layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoeInputError {
+    /// A buffer would be too large for the kernels' 31-bit offsets.
+    #[error("the {what} buffer would pass 2^31 bytes (offsets are 31-bit)")]
+    TooLarge {
+        /// Which buffer.
+        what: &'static str,
+    },
+    /// An expert index past the layer's experts.
+    #[error("expert {expert} of a layer with {experts} experts")]
+    Expert {
+        /// The index given.
+        expert: usize,
+        /// The layer's experts.
+        experts: usize,
+    },
+    /// A preshuffled expert tensor of the wrong size.
+    #[error("an expert tensor of {bytes} bytes where the layout holds {expected}")]
+    TensorBytes {
+        /// Its size.
+        bytes: usize,
+        /// The layout's.
+        expected: usize,
+    },
+    /// An expert bias of the wrong length.
+    #[error("expert {expert}: a bias of {values} values where the layer has {expected}")]
+    BiasLength {
+        /// The expert.
+        expert: usize,
+        /// Its values.
+        values: usize,
+        /// The layer's.
+        expected: usize,
+    },
+    /// Biases on one side only: the expert's weights or the layer's (or the kernels').
+    #[error(
+        "{}",
+        if *expert_has { "biases where the layer has none" } else { "no biases where the layer has them" }
+    )]
+    BiasPresence {
+        /// Whether the expert's weights (or the pass's buffers) have biases.
+        expert_has: bool,
+    },
+    /// A routing made for another layer.
+    #[error(
+        "the routing has {experts} experts and top-{topk}, the layer {layer_experts} and top-{layer_topk}"
+    )]
+    Routing {
+        /// The routing's experts.
+        experts: usize,
+        /// Its experts per token.
+        topk: usize,
+        /// The layer's experts.
+        layer_experts: usize,
+        /// The layer's experts per token.
+        layer_topk: usize,
+    },
+    /// A pass without tokens.
+    #[error("no tokens")]
+    NoTokens,
+    /// Tokens of the wrong shape.
+    #[error(
+        "tokens are {rows} x {k}, the layer needs {tokens} x {hidden_padded} (the hidden size padded to 256)"
+    )]
+    Tokens {
+        /// Rows given.
+        rows: usize,
+        /// Elements per row given.
+        k: usize,
+        /// Tokens routed.
+        tokens: usize,
+        /// The padded hidden size.
+        hidden_padded: usize,
+    },
+    /// The layer has no kernel for a stage.
+    #[error("no {stage} kernel")]
+    NoKernel {
+        /// The stage.
+        stage: Stage,
     },
 }
 
@@ -265,9 +348,12 @@ impl<'d> DeviceWeights<'d> {
             source,
         };
         let alloc = |b: usize| -> Result<Buffer<'d>, MoeError> {
-            let total = (b as u64)
-                .checked_mul(shape.experts as u64)
-                .ok_or_else(|| MoeError::Inputs("grouped weight size overflows".into()))?;
+            let total =
+                (b as u64)
+                    .checked_mul(shape.experts as u64)
+                    .ok_or(MoeInputError::TooLarge {
+                        what: "grouped weight",
+                    })?;
             Buffer::new_lazy(device, total).map_err(rt)
         };
         let [gb, db] = expert_bias_bytes(shape);
@@ -305,10 +391,11 @@ impl<'d> DeviceWeights<'d> {
     /// Writes expert `e`'s preshuffled weights into its groups.
     pub fn write(&self, e: usize, w: &PreshuffledExpert) -> Result<(), MoeError> {
         if e >= self.shape.experts {
-            return Err(MoeError::Inputs(format!(
-                "expert {e} of a layer with {} experts",
-                self.shape.experts
-            )));
+            return Err(MoeInputError::Expert {
+                expert: e,
+                experts: self.shape.experts,
+            }
+            .into());
         }
         for ((buf, &len), data) in self.bufs.iter().zip(&self.bytes).zip([
             &w.gate_up,
@@ -317,10 +404,11 @@ impl<'d> DeviceWeights<'d> {
             &w.down_scales,
         ]) {
             if data.len() != len {
-                return Err(MoeError::Inputs(format!(
-                    "an expert tensor of {} bytes where the layout holds {len}",
-                    data.len()
-                )));
+                return Err(MoeInputError::TensorBytes {
+                    bytes: data.len(),
+                    expected: len,
+                }
+                .into());
             }
             buf.write((e * len) as u64, data)
                 .map_err(|source| MoeError::Runtime {
@@ -338,11 +426,12 @@ impl<'d> DeviceWeights<'d> {
                 {
                     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                     if bytes.len() != len {
-                        return Err(MoeError::Inputs(format!(
-                            "expert {e}: a bias of {} values where the layer has {}",
-                            v.len(),
-                            len / 2
-                        )));
+                        return Err(MoeInputError::BiasLength {
+                            expert: e,
+                            values: v.len(),
+                            expected: len / 2,
+                        }
+                        .into());
                     }
                     buf.write((e * len) as u64, &bytes)
                         .map_err(|source| MoeError::Runtime {
@@ -352,12 +441,8 @@ impl<'d> DeviceWeights<'d> {
                 }
                 Ok(())
             }
-            (Some(_), None) => Err(MoeError::Inputs(format!(
-                "expert {e} has no biases; the layer's weights have"
-            ))),
-            (None, Some(_)) => Err(MoeError::Inputs(format!(
-                "expert {e} has biases; the layer's weights have none"
-            ))),
+            (Some(_), None) => Err(MoeInputError::BiasPresence { expert_has: false }.into()),
+            (None, Some(_)) => Err(MoeInputError::BiasPresence { expert_has: true }.into()),
         }
     }
 
@@ -460,28 +545,26 @@ impl MoeLayer {
     pub fn plan(&self, shape: &MoeShape, routing: &Routing) -> Result<MoePlan, MoeError> {
         self.spec.check_shape(shape)?;
         if routing.experts() != shape.experts || routing.topk() != shape.topk {
-            return Err(MoeError::Inputs(format!(
-                "the routing has {} experts and top-{}, the layer {} and top-{}",
-                routing.experts(),
-                routing.topk(),
-                shape.experts,
-                shape.topk
-            )));
+            return Err(MoeInputError::Routing {
+                experts: routing.experts(),
+                topk: routing.topk(),
+                layer_experts: shape.experts,
+                layer_topk: shape.topk,
+            }
+            .into());
         }
         let tokens = routing.tokens();
         if tokens == 0 {
-            return Err(MoeError::Inputs("no tokens".into()));
+            return Err(MoeInputError::NoTokens.into());
         }
         let sorted = routing.sort(self.spec.rows_per_block() as usize)?;
         let rows = sorted.entries().len();
         let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let pairs = tokens * shape.topk;
-        let big = |what: &str, v: Option<usize>| -> Result<usize, MoeError> {
+        let big = |what: &'static str, v: Option<usize>| -> Result<usize, MoeError> {
             match v {
                 Some(b) if b <= MAX_BUFFER => Ok(b),
-                _ => Err(MoeError::Inputs(format!(
-                    "the {what} buffer would pass 2^31 bytes (offsets are 31-bit)"
-                ))),
+                _ => Err(MoeInputError::TooLarge { what }.into()),
             }
         };
         let pad32 = rows.next_multiple_of(Shuffler::S_MN_BLOCK);
@@ -522,19 +605,10 @@ impl MoeLayer {
         bias: Option<[DevicePtr; 2]>,
     ) -> Result<Vec<(Stage, LaunchConfig, Vec<ArgValue>)>, MoeError> {
         if bias.is_some() != self.spec.has_bias() {
-            return Err(MoeError::Inputs(format!(
-                "the kernels {} biases and the weights {} them",
-                if self.spec.has_bias() {
-                    "add"
-                } else {
-                    "add no"
-                },
-                if bias.is_some() {
-                    "have"
-                } else {
-                    "do not have"
-                }
-            )));
+            return Err(MoeInputError::BiasPresence {
+                expert_has: bias.is_some(),
+            }
+            .into());
         }
         let i = |v: usize| ArgValue::I32(v as i32);
         let p = ArgValue::Ptr;
@@ -658,13 +732,13 @@ impl MoeLayer {
         let shape = *weights.shape();
         let plan = self.plan(&shape, routing)?;
         if x.rows() != plan.tokens || x.k() != shape.hidden_padded() {
-            return Err(MoeError::Inputs(format!(
-                "tokens are {} x {}, the layer needs {} x {} (the hidden size padded to 256)",
-                x.rows(),
-                x.k(),
-                plan.tokens,
-                shape.hidden_padded()
-            )));
+            return Err(MoeInputError::Tokens {
+                rows: x.rows(),
+                k: x.k(),
+                tokens: plan.tokens,
+                hidden_padded: shape.hidden_padded(),
+            }
+            .into());
         }
         let rt = |stage| move |source| MoeError::Runtime { stage, source };
         let [xd, xs, ids, be, wts] = Self::pass_inputs(x, routing, &plan.sorted);
@@ -698,7 +772,7 @@ impl MoeLayer {
         for (stage, config, args) in self.launches(&shape, &plan, &ptrs, wptrs, bias)? {
             let kernel = self
                 .kernel(stage)
-                .ok_or_else(|| MoeError::Inputs(format!("no {stage} kernel")))?;
+                .ok_or(MoeInputError::NoKernel { stage })?;
             let module: Module = device.load(kernel.code_object()).map_err(rt(stage))?;
             let report = tilegen_device::launch(device, &module, kernel.name(), &config, &args)
                 .map_err(rt(stage))?;

@@ -18,8 +18,8 @@ mod stages;
 mod template;
 
 pub use layer::{
-    DeviceWeights, MoeBuffers, MoeError, MoeKernel, MoeLaunch, MoeLayer, MoePlan, MoeRun,
-    PreshuffledExpert, expert_bias_bytes, expert_bytes,
+    DeviceWeights, MoeBuffers, MoeError, MoeInputError, MoeKernel, MoeLaunch, MoeLayer, MoePlan,
+    MoeRun, PreshuffledExpert, expert_bias_bytes, expert_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};
