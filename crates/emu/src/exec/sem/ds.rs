@@ -246,36 +246,48 @@ mod tests {
     }
 
     #[test]
-    fn conflict_cycles_match_the_definition() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+    fn conflict_cycles_of_structured_patterns_match_the_definition() {
+        let execs = [
+            u64::MAX,
+            0x0000_ffff_0000_ffff,
+            0x5555_5555_5555_5555,
+            1 << 17,
+        ];
         for bytes in [4u32, 8, 12, 16] {
-            for case in 0..400 {
-                let exec = if case % 3 == 0 { u64::MAX } else { next() };
-                let stride = [4u64, 8, 16, 128, 256, 260][case % 6];
-                let mut addr = [0u64; 64];
-                for (l, a) in addr.iter_mut().enumerate() {
-                    *a = match case % 4 {
-                        // Strided rows: conflict-free or many-way, by the stride.
-                        0 => l as u64 * stride,
-                        // Broadcasts of a few dwords.
-                        1 => (next() % 4) * 4,
-                        // XOR-swizzled 16-byte chunks of 256-byte rows.
-                        2 => (l as u64 / 16) * 256 + ((l as u64 % 16) ^ (l as u64 / 16)) * 16,
-                        _ => (next() % 4096) & !3,
-                    };
+            for exec in execs {
+                for stride in [4u64, 8, 16, 128, 256, 260] {
+                    let strided: [u64; 64] = std::array::from_fn(|l| l as u64 * stride);
+                    // XOR-swizzled 16-byte chunks of 256-byte rows.
+                    let swizzled: [u64; 64] = std::array::from_fn(|l| {
+                        let (row, chunk) = (l as u64 / 16, l as u64 % 16);
+                        row * stride * 16 + ((chunk ^ row) * 16)
+                    });
+                    let broadcast: [u64; 64] = std::array::from_fn(|l| (l as u64 % 3) * stride);
+                    for addr in [strided, swizzled, broadcast] {
+                        assert_eq!(
+                            lds_conflict_cycles(|l| addr[l], exec, bytes),
+                            conflicts_by_definition(&addr, exec, bytes),
+                            "bytes {bytes} exec {exec:#x} stride {stride} {addr:?}"
+                        );
+                    }
                 }
-                assert_eq!(
-                    lds_conflict_cycles(|l| addr[l], exec, bytes),
-                    conflicts_by_definition(&addr, exec, bytes),
-                    "bytes {bytes} case {case}"
-                );
             }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn conflict_cycles_of_random_patterns_match_the_definition(
+            bytes in proptest::sample::select(vec![4u32, 8, 12, 16]),
+            exec in proptest::num::u64::ANY,
+            span in proptest::sample::select(vec![16u64, 256, 4096]),
+            words in proptest::collection::vec(0u64..4096, 64),
+        ) {
+            let addr: [u64; 64] = std::array::from_fn(|l| (words[l] % span) & !3);
+            proptest::prop_assert_eq!(
+                lds_conflict_cycles(|l| addr[l], exec, bytes),
+                conflicts_by_definition(&addr, exec, bytes)
+            );
         }
     }
 
