@@ -45,36 +45,13 @@ fn inputs(
 /// some spec, both output types; every spec on all four M and both (N, K) pairs.
 fn a_third_of_the_matrix() -> Vec<KernelSpec> {
     let mut specs = Vec::new();
-    let mut combos = Vec::new();
-    for prefetch in [false, true] {
-        for dram in [false, true] {
-            for cds in [false, true] {
-                for deep in [false, true] {
-                    if prefetch || !(cds || deep) {
-                        combos.push((prefetch, dram, cds, deep));
-                    }
-                }
-            }
-        }
-    }
     let shapes = [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
     for (i, (bm, bn, bk, wn)) in shapes.into_iter().enumerate() {
-        for (j, &(prefetch, dram, cds, deep)) in combos.iter().enumerate() {
-            if j % 3 != i {
-                continue;
+        let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
+        for (j, spec) in base.preb_flag_variants().into_iter().enumerate() {
+            if j % 3 == i {
+                specs.push(spec);
             }
-            let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
-            let chain = base.mfmas_per_stage();
-            let spec = base
-                .b_prefetch(prefetch)
-                .dram_to_lds(dram)
-                .cluster_drain_sched(cds)
-                .deep_prime(deep);
-            specs.push(if cds {
-                spec.mfma_cluster(chain.min(3))
-            } else {
-                spec
-            });
         }
     }
     specs.push(KernelSpec::new().out_dtype(OutDtype::F32));

@@ -586,6 +586,38 @@ impl KernelSpec {
             * u64::from(self.bk_elems / s.k())
     }
 
+    /// This spec under every combination of the preb pipeline's flags the rules allow
+    /// (`b_prefetch`, `dram_to_lds`, `cluster_drain_sched`, `deep_prime`; the last two need
+    /// `b_prefetch`), in a fixed order (`b_prefetch` outermost). With `cluster_drain_sched`
+    /// the cluster is three MFMAs, or the whole chain when it is shorter.
+    pub fn preb_flag_variants(&self) -> Vec<KernelSpec> {
+        let chain = self.mfmas_per_stage();
+        let mut out = Vec::new();
+        for prefetch in [false, true] {
+            for dram in [false, true] {
+                for cds in [false, true] {
+                    for deep in [false, true] {
+                        if !prefetch && (cds || deep) {
+                            continue;
+                        }
+                        let spec = self
+                            .clone()
+                            .b_prefetch(prefetch)
+                            .dram_to_lds(dram)
+                            .cluster_drain_sched(cds)
+                            .deep_prime(deep);
+                        out.push(if cds {
+                            spec.mfma_cluster(chain.min(3))
+                        } else {
+                            spec
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// MFMAs per wave and K stage (saturating at `u32::MAX` for a spec `validate` refuses).
     pub fn mfmas_per_stage(&self) -> u32 {
         saturate(self.mfmas_per_stage_wide())
@@ -1154,6 +1186,19 @@ mod tests {
         let offsets: Vec<_> = k.report().kernargs.iter().map(|a| a.offset).collect();
         assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 44, 48]);
         assert_eq!(k.report().kernarg_bytes, 52);
+    }
+
+    #[test]
+    fn preb_flag_variants_are_the_ten_the_rules_allow() {
+        let v = KernelSpec::new().preb_flag_variants();
+        assert_eq!(v.len(), 10);
+        let keys: std::collections::HashSet<String> = v.iter().map(|s| s.cache_key()).collect();
+        assert_eq!(keys.len(), 10, "every variant differs");
+        for s in &v {
+            s.validate().unwrap();
+            let f = s.values();
+            assert!(f.b_prefetch || !(f.cluster_drain_sched || f.deep_prime));
+        }
     }
 
     #[test]

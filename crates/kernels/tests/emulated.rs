@@ -87,30 +87,7 @@ fn preb_tile(&(bm, bn, bk, wn): &(u32, u32, u32, u32)) -> KernelSpec {
 fn preb_every_flag_combination() {
     let mut specs = Vec::new();
     for tile in PREB_TILES {
-        for prefetch in [false, true] {
-            for dram in [false, true] {
-                for cds in [false, true] {
-                    for deep in [false, true] {
-                        if !prefetch && (cds || deep) {
-                            continue;
-                        }
-                        let base = preb_tile(tile);
-                        let chain = base.mfmas_per_stage();
-                        let spec = base
-                            .b_prefetch(prefetch)
-                            .dram_to_lds(dram)
-                            .cluster_drain_sched(cds)
-                            .deep_prime(deep);
-                        // The cluster size is a cluster_drain_sched setting.
-                        specs.push(if cds {
-                            spec.mfma_cluster(chain.min(3))
-                        } else {
-                            spec
-                        });
-                    }
-                }
-            }
-        }
+        specs.extend(preb_tile(tile).preb_flag_variants());
     }
     // Output type and cache policies do not change the schedule; one spec each covers them.
     specs.push(KernelSpec::new().out_dtype(OutDtype::F32));
