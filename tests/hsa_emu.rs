@@ -48,7 +48,7 @@ fn a_third_of_the_matrix() -> Vec<KernelSpec> {
     let shapes = [(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
     for (i, (bm, bn, bk, wn)) in shapes.into_iter().enumerate() {
         let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
-        for (j, spec) in base.preb_flag_variants().into_iter().enumerate() {
+        for (j, spec) in base.preb_flag_variants(3).into_iter().enumerate() {
             if j % 3 == i {
                 specs.push(spec);
             }

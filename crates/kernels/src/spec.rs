@@ -589,8 +589,8 @@ impl KernelSpec {
     /// This spec under every combination of the preb pipeline's flags the rules allow
     /// (`b_prefetch`, `dram_to_lds`, `cluster_drain_sched`, `deep_prime`; the last two need
     /// `b_prefetch`), in a fixed order (`b_prefetch` outermost). With `cluster_drain_sched`
-    /// the cluster is three MFMAs, or the whole chain when it is shorter.
-    pub fn preb_flag_variants(&self) -> Vec<KernelSpec> {
+    /// the cluster is `cluster` MFMAs, or the whole chain when it is shorter.
+    pub fn preb_flag_variants(&self, cluster: u32) -> Vec<KernelSpec> {
         let chain = self.mfmas_per_stage();
         let mut out = Vec::new();
         for prefetch in [false, true] {
@@ -607,7 +607,7 @@ impl KernelSpec {
                             .cluster_drain_sched(cds)
                             .deep_prime(deep);
                         out.push(if cds {
-                            spec.mfma_cluster(chain.min(3))
+                            spec.mfma_cluster(chain.min(cluster).max(1))
                         } else {
                             spec
                         });
@@ -1190,7 +1190,7 @@ mod tests {
 
     #[test]
     fn preb_flag_variants_are_the_ten_the_rules_allow() {
-        let v = KernelSpec::new().preb_flag_variants();
+        let v = KernelSpec::new().preb_flag_variants(3);
         assert_eq!(v.len(), 10);
         let keys: std::collections::HashSet<String> = v.iter().map(|s| s.cache_key()).collect();
         assert_eq!(keys.len(), 10, "every variant differs");

@@ -87,7 +87,7 @@ fn preb_tile(&(bm, bn, bk, wn): &(u32, u32, u32, u32)) -> KernelSpec {
 fn preb_every_flag_combination() {
     let mut specs = Vec::new();
     for tile in PREB_TILES {
-        specs.extend(preb_tile(tile).preb_flag_variants());
+        specs.extend(preb_tile(tile).preb_flag_variants(3));
     }
     // Output type and cache policies do not change the schedule; one spec each covers them.
     specs.push(KernelSpec::new().out_dtype(OutDtype::F32));

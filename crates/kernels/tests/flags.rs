@@ -31,43 +31,21 @@ fn preb_flag_combinations() {
         CachePolicy::Volatile,
     ];
     for &(bm, bn, bk, wn) in PREB_SHAPES {
-        for prefetch in [false, true] {
-            for dram in [false, true] {
-                for cds in [false, true] {
-                    for deep in [false, true] {
-                        if !prefetch && (cds || deep) {
-                            continue;
-                        }
-                        // Cache policies are independent of the schedule: cycle through them.
-                        let policy = policies[(prefetch as usize
-                            + 2 * dram as usize
-                            + cds as usize
-                            + deep as usize)
-                            % 4];
-                        let spec = KernelSpec::new()
-                            .bm(bm)
-                            .bn(bn)
-                            .bk_elems(bk)
-                            .wn(wn)
-                            .b_prefetch(prefetch)
-                            .dram_to_lds(dram)
-                            .cluster_drain_sched(cds)
-                            .deep_prime(deep)
-                            .b_cache_policy(policy);
-                        // Clusters of 4 MFMAs (the default), or fewer where a tile has fewer.
-                        let spec = if cds {
-                            spec.clone()
-                                .mfma_cluster(spec.mfmas_per_stage().clamp(1, 4))
-                        } else {
-                            spec
-                        };
-                        check_preb(&spec);
-                        // B two tiles ahead, on the schedules without priority brackets.
-                        if prefetch && !cds {
-                            check_preb(&spec.b_prefetch_depth(2));
-                        }
-                    }
-                }
+        let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
+        // Clusters of 4 MFMAs (the default), or fewer where a tile has fewer.
+        for spec in base.preb_flag_variants(4) {
+            let f = spec.values().clone();
+            // Cache policies are independent of the schedule: cycle through them.
+            let policy = policies[(f.b_prefetch as usize
+                + 2 * f.dram_to_lds as usize
+                + f.cluster_drain_sched as usize
+                + f.deep_prime as usize)
+                % 4];
+            let spec = spec.b_cache_policy(policy);
+            check_preb(&spec);
+            // B two tiles ahead, on the schedules without priority brackets.
+            if f.b_prefetch && !f.cluster_drain_sched {
+                check_preb(&spec.b_prefetch_depth(2));
             }
         }
     }
