@@ -571,14 +571,8 @@ impl Cu {
 
     /// Processes the issue slot at `t` (of SIMD `t % slot`). Returns the time of the CU's
     /// next event (`None` when nothing is resident).
-    /// `k` is `ctx.knobs`, passed apart so that `ctx` can be borrowed mutably beside it
-    /// without a reference count per step.
-    pub(crate) fn step(
-        &mut self,
-        t: u64,
-        ctx: &mut Ctx<'_>,
-        k: &Knobs,
-    ) -> Result<Option<u64>, TimingError> {
+    pub(crate) fn step(&mut self, t: u64, ctx: &mut Ctx<'_>) -> Result<Option<u64>, TimingError> {
+        let k = std::sync::Arc::clone(&ctx.knobs);
         let s = (t % k.slot) as usize;
         if s < k.simds {
             self.account(s, t, k.slot);
@@ -624,7 +618,7 @@ impl Cu {
                     }
                     used[c as usize] = true;
                 }
-                self.issue(g, w, t, ctx, k)?;
+                self.issue(g, w, t, ctx)?;
                 issued = true;
             }
             self.cands = cands;
@@ -696,14 +690,8 @@ impl Cu {
     }
 
     /// Issues wave (`g`, `w`)'s next instruction at `t`: executes it and books its timing.
-    fn issue(
-        &mut self,
-        g: usize,
-        w: usize,
-        t: u64,
-        ctx: &mut Ctx<'_>,
-        k: &Knobs,
-    ) -> Result<(), TimingError> {
+    fn issue(&mut self, g: usize, w: usize, t: u64, ctx: &mut Ctx<'_>) -> Result<(), TimingError> {
+        let k = std::sync::Arc::clone(&ctx.knobs);
         let Some(wg) = self.wgs[g].as_mut() else {
             return Ok(());
         };

@@ -259,7 +259,7 @@ pub(crate) fn simulate(
             continue;
         }
         cus[c].scheduled = None;
-        let next = cus[c].step(t, ctx, &k)?;
+        let next = cus[c].step(t, ctx)?;
         if let Some(n) = next {
             schedule(&mut cus[c], n, &mut heap, c);
         }
