@@ -709,7 +709,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 .map(|_| k.var(k.zero(Ty::I32)))
                 .collect::<Result<Vec<_>>>()
         };
-        let scales = dword_vars(self.b_scales(k.i32(0), steps)?.loads.len())?;
+        let scales = dword_vars(self.b_scales(k.i32(0), steps)?.dwords())?;
         let a_scales = dword_vars(self.a_scales(k.i32(0), steps)?.dwords())?;
         Ok(BRegs {
             frags,
