@@ -294,11 +294,7 @@ fn preb_prefetch_depth_two() {
             .acc_agprs(true),
     );
     specs.push(
-        KernelSpec::new()
-            .bm(32)
-            .bn(128)
-            .wn(32)
-            .bk_elems(256)
+        preb_tile(&(32, 128, 256, 32))
             .b_prefetch(true)
             .b_prefetch_depth(2)
             .split_k(2),
@@ -329,11 +325,7 @@ fn preb_split_k() {
             .wn(16)
             .bk_elems(256)
             .split_k(8),
-        KernelSpec::new()
-            .bm(32)
-            .bn(128)
-            .wn(32)
-            .bk_elems(256)
+        preb_tile(&(32, 128, 256, 32))
             .b_prefetch(true)
             .deep_prime(true)
             .dram_to_lds(true)
