@@ -13,7 +13,7 @@ use clap::Args;
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
 use tilegen::emu::timing::{
-    self, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+    self, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
 };
 use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};
 use tilegen_output::Output;
@@ -29,6 +29,11 @@ pub struct ModelArgs {
     /// large grids; the sampled method is within about 10% of it).
     #[arg(long)]
     pub full_simulation: bool,
+    /// Skip the census of the other XCDs' loads: the sampled XCD then fetches from HBM every
+    /// line it misses, even those other XCDs load in the same round (faster, and slower
+    /// predictions for kernels whose operands several XCDs share).
+    #[arg(long, conflicts_with = "full_simulation")]
+    pub no_census: bool,
     /// Write a Chrome/Perfetto trace (JSON trace events; open in ui.perfetto.dev) of one CU's
     /// waves over the first cycles of the run.
     #[arg(long, value_name = "FILE")]
@@ -74,6 +79,11 @@ impl ModelArgs {
                 Method::Full
             } else {
                 Method::Rounds
+            },
+            cross_xcd: if self.no_census {
+                CrossXcd::Ignore
+            } else {
+                CrossXcd::default()
             },
             ..TimingOptions::default()
         }

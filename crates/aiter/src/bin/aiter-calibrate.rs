@@ -31,7 +31,8 @@ const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params
     --k-steps A,B  extrapolate long K loops from runs of A and B steps (default 4,28)\n  \
     --row LINE     run the model on one calibration row (table line) and print the whole prediction\n  \
     --trace FILE   with --row: write a Perfetto trace of the first CU\n  \
-    --max-cus N    simulate at most N CUs of XCD 0";
+    --max-cus N    simulate at most N CUs of XCD 0
+  --census N     instructions per wave of the cross-XCD address census (0: none)";
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -58,6 +59,7 @@ struct Args {
     row: Option<u64>,
     trace: Option<PathBuf>,
     max_cus: Option<u32>,
+    census: Option<u64>,
     full_k: bool,
     k_steps: Option<(u32, u32)>,
     update: Option<PathBuf>,
@@ -76,6 +78,7 @@ fn parse() -> Result<Option<Args>, String> {
         row: None,
         trace: None,
         max_cus: None,
+        census: None,
         full_k: false,
         k_steps: None,
         update: None,
@@ -124,6 +127,13 @@ fn parse() -> Result<Option<Args>, String> {
                         .map_err(|e| format!("--max-cus takes a number: {e}"))?,
                 )
             }
+            "--census" => {
+                a.census = Some(
+                    value("--census")?
+                        .parse()
+                        .map_err(|e| format!("--census takes a number: {e}"))?,
+                )
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -132,6 +142,15 @@ fn parse() -> Result<Option<Args>, String> {
         }
     }
     Ok(Some(a))
+}
+
+/// The cross-XCD census: `--census N` (0: none), else the model's default.
+fn census(args: &Args) -> tilegen_emu::timing::CrossXcd {
+    match args.census {
+        Some(0) => tilegen_emu::timing::CrossXcd::Ignore,
+        Some(instructions) => tilegen_emu::timing::CrossXcd::Census { instructions },
+        None => tilegen_emu::timing::CrossXcd::default(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -207,6 +226,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         params,
         tilegen_emu::timing::TimingOptions {
             max_cus: args.max_cus,
+            cross_xcd: census(&args),
             ..Default::default()
         },
     )
@@ -300,6 +320,7 @@ fn one_row(
     let options = tilegen_emu::timing::TimingOptions {
         trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
         max_cus: args.max_cus,
+        cross_xcd: census(&args),
         ..Default::default()
     };
     let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));

@@ -15,7 +15,7 @@ use std::time::Instant;
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::memory::{GUARD, PAGE};
 use tilegen_emu::exec::{AllocError, DeviceMemory, Program};
-use tilegen_emu::timing::{self, Bound, Params, Prediction, TimingLaunch, TimingOptions};
+use tilegen_emu::timing::{self, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions};
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
 use crate::error::AiterError;
@@ -199,14 +199,30 @@ impl TimingModel {
         let result = match self.extrapolation {
             Some(x) if steps > x.short_steps + x.long_steps => {
                 let k_of = |s: u32| (s * K_STEP) << log2_split;
-                let short = self.simulate(&mut worker, kernel, desc, Some(k_of(x.short_steps)));
-                let long = self.simulate(&mut worker, kernel, desc, Some(k_of(x.long_steps)));
-                match (short, long) {
-                    (Ok(a), Ok(b)) => Ok(x.extrapolate(&a, &b, steps)),
-                    (Err(e), _) | (_, Err(e)) => Err(e),
-                }
+                let short = self.simulate(
+                    &mut worker,
+                    kernel,
+                    desc,
+                    Some(k_of(x.short_steps)),
+                    &self.options,
+                );
+                short.and_then(|a| {
+                    // The long run loads the same lines first: the short run's census stands.
+                    let mut options = self.options.clone();
+                    if let Some(s) = &a.xcd_shares {
+                        options.cross_xcd = CrossXcd::Known(s.clone());
+                    }
+                    let b = self.simulate(
+                        &mut worker,
+                        kernel,
+                        desc,
+                        Some(k_of(x.long_steps)),
+                        &options,
+                    )?;
+                    Ok(x.extrapolate(&a, &b, steps))
+                })
             }
-            _ => self.simulate(&mut worker, kernel, desc, None),
+            _ => self.simulate(&mut worker, kernel, desc, None, &self.options),
         };
         let cpu = match (start.0, thread_cpu_seconds()) {
             (Some(a), Some(b)) => b - a,
@@ -231,6 +247,7 @@ impl TimingModel {
         kernel: &F4GemmKernel,
         desc: &LaunchDescription,
         k: Option<u32>,
+        options: &TimingOptions,
     ) -> Result<Prediction, PredictError> {
         let model = |e: Box<dyn std::error::Error + Send + Sync>| PredictError::Model(e);
         worker.program(kernel)?;
@@ -262,14 +279,8 @@ impl TimingModel {
                     dynamic_lds: desc.dynamic_lds(),
                     kernarg: &kernarg,
                 };
-                timing::predict(
-                    &mut worker.memory,
-                    prog,
-                    &launch,
-                    &self.params,
-                    &self.options,
-                )
-                .map_err(|e| model(Box::new(e)))
+                timing::predict(&mut worker.memory, prog, &launch, &self.params, options)
+                    .map_err(|e| model(Box::new(e)))
             })(),
         };
         for a in addresses {

@@ -48,6 +48,10 @@ pub struct Probe {
     /// is most of an emulated GEMM's cost and never decides an address or a branch of the
     /// kernels timed; every other effect of the instruction, counters included, stays).
     pub skip_mfma_math: bool,
+    /// Leave global memory untouched: stores write nothing and atomics return the current
+    /// value without changing it (a run that only looks at addresses, and must not disturb
+    /// what other workgroups will read).
+    pub discard_global_writes: bool,
     /// The global-memory lanes of the last vector-memory instruction.
     pub vmem: VmemProbe,
 }
@@ -74,6 +78,7 @@ impl Default for Probe {
     fn default() -> Self {
         Probe {
             skip_mfma_math: false,
+            discard_global_writes: false,
             vmem: VmemProbe {
                 valid: false,
                 addr: [0; 64],

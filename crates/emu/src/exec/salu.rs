@@ -722,7 +722,7 @@ pub fn smem(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<Flow, FaultKind
     if store {
         let vals = read_sregs(w, i.operand(Role::Sdata), n)?;
         for (k, v) in vals.iter().enumerate() {
-            if in_range(k) {
+            if in_range(k) && !super::vmem::discards(env) {
                 env.mem.write_u32(addr + 4 * k as u64, *v)?;
             }
         }

@@ -2,7 +2,7 @@
 //! `llvm-mc-22 -arch=amdgcn -mcpu=gfx950 -show-encoding`; each test quotes its source).
 
 use super::fault::FaultKind;
-use super::interp::{self, Env};
+use super::interp::{self, Env, Probe};
 use super::memory::{DeviceMemory, Lds};
 use super::program::Program;
 use super::sched::Step;
@@ -17,6 +17,8 @@ pub struct Harness {
     pub w: Wave,
     pub lds: Lds,
     pub stats: Stats,
+    /// Attached to every step when set.
+    pub probe: Option<Probe>,
     counts: Vec<u64>,
 }
 
@@ -46,6 +48,7 @@ impl Harness {
             w,
             lds: Lds::new(64 * 1024).unwrap(),
             stats: Stats::default(),
+            probe: None,
             counts,
         }
     }
@@ -57,7 +60,7 @@ impl Harness {
             mem: &self.mem,
             stats: &mut self.stats,
             counts: &mut self.counts,
-            probe: None,
+            probe: self.probe.as_mut(),
         };
         let r = interp::step(&mut env, &mut self.w, &mut self.lds);
         interp::fold_counts(&self.prog, &mut self.counts, &mut self.stats);

@@ -269,6 +269,11 @@ fn read_target(
     }
 }
 
+/// Whether the attached probe asks for global memory to stay untouched.
+pub(crate) fn discards(env: &Env<'_>) -> bool {
+    env.probe.as_ref().is_some_and(|p| p.discard_global_writes)
+}
+
 fn write_target(
     env: &Env<'_>,
     w: &mut Wave,
@@ -278,6 +283,7 @@ fn write_target(
     data: &[u8],
 ) -> Result<(), FaultKind> {
     match t {
+        Target::Global(_) if discards(env) => Ok(()),
         Target::Global(a) => Ok(env.mem.write(a, data)?),
         Target::Lds(a) => {
             lds.write(a, data);
@@ -556,13 +562,19 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<
                 }) as usize;
                 read_target(env, w, lds, l, targets[l], &mut buf[..len])?;
                 let v = dwords_of(&buf);
-                let out = match (size, signed) {
-                    (1, true) => (v[0] as u8 as i8 as i32 as u32).to_le_bytes().to_vec(),
-                    (2, true) => (v[0] as u16 as i16 as i32 as u32).to_le_bytes().to_vec(),
-                    (s, _) if s < 4 => v[0].to_le_bytes().to_vec(),
-                    (s, _) => buf[..s as usize].to_vec(),
+                let word = match (size, signed) {
+                    (1, true) => v[0] as u8 as i8 as i32 as u32,
+                    (2, true) => v[0] as u16 as i16 as i32 as u32,
+                    _ => v[0],
+                }
+                .to_le_bytes();
+                // Sub-dword loads write a whole (extended) dword; wider ones their bytes.
+                let out: &[u8] = if size < 4 {
+                    &word
+                } else {
+                    &buf[..size as usize]
                 };
-                lds.write(lds_base + inst_off + stride * l as u64, &out);
+                lds.write(lds_base + inst_off + stride * l as u64, out);
             }
             Ok(())
         }
@@ -609,6 +621,13 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<
                     regs[1][l] as u64
                 };
                 let old = match targets[l] {
+                    Target::Global(a) if discards(env) => {
+                        if wide {
+                            env.mem.read_u64(a)?
+                        } else {
+                            env.mem.read_u32(a)? as u64
+                        }
+                    }
                     Target::Global(a) => {
                         if wide {
                             env.mem.atomic_u64(a, |x| rmw64(op, x, d0, d1))?
@@ -757,6 +776,40 @@ mod tests {
         // Buffer-to-LDS: 4 bytes per lane at M0 + 4 l; out-of-range lanes write zeros.
         assert_eq!(h.lds.read_u32(0x800 + 4 * 3), 0xbb03);
         assert_eq!(h.lds.read_u32(0x800 + 4 * 4), 0);
+    }
+
+    #[test]
+    fn a_probe_can_keep_global_memory_untouched() {
+        let code = [
+            0xdc708100, 0x00000801, // global_store_dword v1, v8, s[0:1] offset:256
+            0xdd098200, 0x0f001001, // global_atomic_add v15, v1, v16, s[0:1] offset:512 sc0
+            0xc0420240, 0x00000040, // s_store_dword s9, s[0:1], 0x40
+            0xdc509ffc, 0x02000001, // global_load_dword v2, v1, s[0:1] offset:-4
+        ];
+        for discard in [false, true] {
+            let mut h = Harness::new(&code);
+            let data: Vec<u8> = (0..4096u64).map(|i| (i % 251) as u8).collect();
+            let g = h.mem.upload(&data).unwrap();
+            h.w.set_sgpr64(0, g);
+            h.w.sgpr[9] = 0x5eed;
+            h.set_v(1, |l| 4 * l as u32 + 4);
+            h.set_v(8, |l| 0xaa00_0000 + l as u32);
+            h.set_v(16, |_| 1000);
+            h.probe = Some(crate::exec::interp::Probe {
+                discard_global_writes: discard,
+                ..Default::default()
+            });
+            h.run().unwrap();
+            let after = h.mem.read_vec(g, 4096).unwrap();
+            if discard {
+                assert_eq!(after, data, "memory changed");
+            } else {
+                assert_ne!(after, data);
+            }
+            // Atomics return the current value either way; loads still load.
+            assert_eq!(h.v(15)[1], pattern_dw(520));
+            assert_eq!(h.v(2)[3], pattern_dw(12));
+        }
     }
 
     #[test]

@@ -836,15 +836,16 @@ impl Cu {
                         lines.sort_unstable();
                     }
                     let mut done = (start + busy) as f64;
+                    let share = ctx.mem.share(slot);
                     let mut prev = None;
                     for &line in lines.iter() {
                         if prev == Some(line) {
                             continue;
                         }
                         prev = Some(line);
-                        let d = ctx
-                            .mem
-                            .line(self.sim_index, self.xcd, line, start as f64, kind);
+                        let d =
+                            ctx.mem
+                                .line(self.sim_index, self.xcd, line, start as f64, kind, share);
                         done = done.max(d);
                     }
                     if p.other != 0 {

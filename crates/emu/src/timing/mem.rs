@@ -222,9 +222,15 @@ impl Server {
 
     /// Serves `bytes` arriving at `t`; returns when the transfer ends.
     pub(crate) fn serve(&mut self, t: f64, bytes: u64) -> f64 {
+        self.serve_part(t, bytes, 1.0)
+    }
+
+    /// Serves the share `part` of a transfer of `bytes` arriving at `t` (the rest is served
+    /// for someone else); returns when the transfer ends.
+    pub(crate) fn serve_part(&mut self, t: f64, bytes: u64, part: f64) -> f64 {
         let start = self.free_at.max(t);
         self.waited += start - t;
-        let busy = bytes as f64 / self.bytes_per_cycle;
+        let busy = bytes as f64 * part / self.bytes_per_cycle;
         self.free_at = start + busy;
         self.bytes += bytes;
         if t > self.load_at {
@@ -287,6 +293,12 @@ pub(crate) struct MemSystem {
     store_ack: f64,
     pub report: MemoryReport,
     hbm_requests: u64,
+    /// Bytes HBM moved for the simulated workgroups (fractional: see `own_share`).
+    hbm_bytes: f64,
+    /// Per load instruction (program slot), the share of a line it loads from HBM that this
+    /// XCD fetches itself; the other XCDs that load the same line in the same round fetch
+    /// the rest (see `census`). Slots past the end: 1.
+    shares: Vec<f64>,
     load_latency: f64,
 }
 
@@ -301,7 +313,9 @@ pub(crate) enum Access {
 impl MemSystem {
     /// The hierarchy for `cus` CUs spread over `xcds` simulated XCDs (CU `c` is on XCD
     /// `c / cus_per_xcd`), given the clock and the simulated share of the whole GPU's MALL
-    /// and HBM bandwidth (and MALL capacity), and of each XCD's L2 bandwidth.
+    /// and HBM bandwidth (and MALL capacity), and of each XCD's L2 bandwidth; `shares[s]`
+    /// of the HBM traffic of the lines load instruction `s` loads is theirs (the rest is
+    /// another XCD's fetch of the same line).
     pub(crate) fn new(
         p: &Params,
         cus: usize,
@@ -309,6 +323,7 @@ impl MemSystem {
         clock_ghz: f64,
         gpu_share: f64,
         l2_share: f64,
+        shares: Vec<f64>,
     ) -> MemSystem {
         let v = &p.vmem;
         let line = v.l1_line_bytes.count().max(1);
@@ -342,6 +357,8 @@ impl MemSystem {
             store_ack: v.store_ack_latency_cycles.get(),
             report: MemoryReport::default(),
             hbm_requests: 0,
+            hbm_bytes: 0.0,
+            shares: shares.into_iter().map(|s| s.clamp(1e-3, 1.0)).collect(),
             load_latency: 0.0,
         }
     }
@@ -351,9 +368,24 @@ impl MemSystem {
         addr >> self.line_shift
     }
 
+    /// The share of the HBM traffic of load instruction `slot` that the simulated XCD
+    /// fetches itself.
+    pub(crate) fn share(&self, slot: usize) -> f64 {
+        self.shares.get(slot).copied().unwrap_or(1.0)
+    }
+
     /// One line of an access by CU `cu` on XCD `xcd` that leaves the CU at `t` (cycles);
-    /// returns when its data (or acknowledgement) is back.
-    pub(crate) fn line(&mut self, cu: usize, xcd: usize, line: u64, t: f64, kind: Access) -> f64 {
+    /// returns when its data (or acknowledgement) is back. A load's HBM fetch costs `share`
+    /// of the line's transfer (see [`share`](Self::share)).
+    pub(crate) fn line(
+        &mut self,
+        cu: usize,
+        xcd: usize,
+        line: u64,
+        t: f64,
+        kind: Access,
+        share: f64,
+    ) -> f64 {
         let bytes = self.line_bytes;
         let mut l1_slot = None;
         if kind == Access::Load {
@@ -375,7 +407,7 @@ impl MemSystem {
             Access::Store => {
                 // Write-back L2: the line reaches HBM later; its bandwidth is taken now.
                 if !l2_hit {
-                    self.hbm_traffic(t2, bytes);
+                    self.hbm_traffic(t2, bytes, 1.0);
                     self.l2[xcd].fill(l2_slot, t2);
                 } else {
                     self.report.l2_hits += 1;
@@ -386,7 +418,7 @@ impl MemSystem {
                 if l2_hit {
                     self.report.l2_hits += 1;
                 } else {
-                    self.hbm_traffic(t2, bytes);
+                    self.hbm_traffic(t2, bytes, 1.0);
                     self.l2[xcd].fill(l2_slot, t2 + self.l2_lat);
                 }
                 return t2 + self.l2_lat;
@@ -405,7 +437,7 @@ impl MemSystem {
                     (t3 + self.l2_lat + self.mall_lat).max(ready)
                 }
                 None => {
-                    let t4 = self.hbm_traffic(t3, bytes);
+                    let t4 = self.hbm_traffic(t3, bytes, share);
                     // DRAM latency grows with its load before its queue does (bank and
                     // bus turnaround conflicts): the loaded part scales with utilization.
                     let hbm = self.hbm_lat + self.hbm_loaded_lat * self.hbm.utilization();
@@ -434,15 +466,16 @@ impl MemSystem {
         self.load_latency += cycles;
     }
 
-    fn hbm_traffic(&mut self, t: f64, bytes: u64) -> f64 {
+    fn hbm_traffic(&mut self, t: f64, bytes: u64, part: f64) -> f64 {
         self.hbm_requests += 1;
-        self.report.hbm_bytes += bytes;
-        self.hbm.serve(t, bytes)
+        self.hbm_bytes += bytes as f64 * part;
+        self.hbm.serve_part(t, bytes, part)
     }
 
     /// The report with the queueing mean filled in.
     pub(crate) fn finish_report(&self) -> MemoryReport {
         let mut r = self.report.clone();
+        r.hbm_bytes = self.hbm_bytes.round() as u64;
         r.hbm_mean_queue_cycles = if self.hbm_requests > 0 {
             self.hbm.waited / self.hbm_requests as f64
         } else {
@@ -505,32 +538,32 @@ mod tests {
     #[test]
     fn hierarchy_latency_by_level_and_reuse() {
         let p = Params::mi355x();
-        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0);
-        let first = m.line(0, 0, 7, 0.0, Access::Load);
-        let l1 = m.line(0, 0, 7, 10_000.0, Access::Load) - 10_000.0;
-        let l2 = m.line(1, 0, 7, 20_000.0, Access::Load) - 20_000.0;
+        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0, Vec::new());
+        let first = m.line(0, 0, 7, 0.0, Access::Load, 1.0);
+        let l1 = m.line(0, 0, 7, 10_000.0, Access::Load, 1.0) - 10_000.0;
+        let l2 = m.line(1, 0, 7, 20_000.0, Access::Load, 1.0) - 20_000.0;
         assert_eq!(l1, p.vmem.l1_hit_latency_cycles.get());
         assert!(l2 > l1 && l2 < first, "{l1} {l2} {first}");
         assert_eq!((m.report.l1_hits, m.report.l2_hits), (1, 1));
-        assert_eq!(m.report.hbm_bytes, 128);
+        assert_eq!(m.finish_report().hbm_bytes, 128);
     }
 
     #[test]
     fn a_hit_on_a_line_in_flight_waits_for_its_fill() {
         let p = Params::mi355x();
-        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0);
-        let first = m.line(0, 0, 7, 0.0, Access::Load);
+        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0, Vec::new());
+        let first = m.line(0, 0, 7, 0.0, Access::Load, 1.0);
         // Another CU asks for the line 10 cycles later: an L2 hit, but the data is still on
         // its way from HBM.
-        let second = m.line(1, 0, 7, 10.0, Access::Load);
+        let second = m.line(1, 0, 7, 10.0, Access::Load, 1.0);
         assert_eq!(m.report.l2_hits, 1);
         assert!(second >= first, "{second} < {first}");
         // The same CU again: an L1 hit that also waits.
-        let third = m.line(0, 0, 7, 20.0, Access::Load);
+        let third = m.line(0, 0, 7, 20.0, Access::Load, 1.0);
         assert_eq!(m.report.l1_hits, 1);
         assert!(third >= first, "{third} < {first}");
         // Once the data is there, hits take their own latency.
-        let late = m.line(1, 0, 7, 1e6, Access::Load) - 1e6;
+        let late = m.line(1, 0, 7, 1e6, Access::Load, 1.0) - 1e6;
         assert_eq!(late, p.vmem.l1_hit_latency_cycles.get());
     }
 

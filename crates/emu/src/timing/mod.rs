@@ -46,6 +46,7 @@
 //! TLBs, DRAM pages and write-after-read hazards are not modelled; the XOR fold that picks a
 //! line's L2 channel stands in for the hardware's undocumented address hash.
 
+mod census;
 mod cu;
 mod gpu;
 mod inst;
@@ -114,6 +115,50 @@ pub struct TimingOptions {
     pub exact_mfma: bool,
     /// Per-wave instruction budget (an endless loop ends in an error).
     pub wave_instruction_budget: u64,
+    /// [`Method::Rounds`]: how the simulation of XCD 0 learns which of its lines the other
+    /// XCDs load too.
+    pub cross_xcd: CrossXcd,
+}
+
+/// How a sampled simulation ([`Method::Rounds`], which runs XCD 0 alone) accounts for the
+/// other XCDs loading the same lines in the same round: the MALL serves them from one HBM
+/// fetch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CrossXcd {
+    /// Assume the other XCDs load none of XCD 0's lines.
+    Ignore,
+    /// Before each simulated round, run every XCD's workgroups of the round functionally
+    /// until each wave reaches the head of a loop that loads (or has run `instructions`), and
+    /// count which XCDs load which lines.
+    Census {
+        /// Instruction budget per wave.
+        instructions: u64,
+    },
+    /// The census of an earlier prediction of the same launch (same grid, buffers and
+    /// addresses; only loop counts may differ, as in a K extrapolation's two runs).
+    Known(XcdShares),
+}
+
+impl Default for CrossXcd {
+    fn default() -> Self {
+        CrossXcd::Census {
+            instructions: DEFAULT_CENSUS_INSTRUCTIONS,
+        }
+    }
+}
+
+/// What the census of a prediction found, per simulated round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct XcdShares {
+    rounds: Vec<(u64, census::Census)>,
+}
+
+impl XcdShares {
+    /// The share of XCD 0's HBM traffic in the first round that it fetches itself (1: the
+    /// other XCDs load none of its lines).
+    pub fn own_share(&self) -> f64 {
+        self.rounds.first().map_or(1.0, |(_, c)| c.own_share)
+    }
 }
 
 impl Default for TimingOptions {
@@ -124,9 +169,14 @@ impl Default for TimingOptions {
             max_cus: None,
             exact_mfma: false,
             wave_instruction_budget: Limits::default().wave_instruction_budget,
+            cross_xcd: CrossXcd::default(),
         }
     }
 }
+
+/// Instructions per wave the census of a round runs by default: enough for the prologue and
+/// the first steps of a GEMM's K loop, whose address pattern the later steps repeat.
+pub const DEFAULT_CENSUS_INSTRUCTIONS: u64 = 2048;
 
 /// What bounds the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -188,6 +238,12 @@ pub struct Prediction {
     pub bound: Bound,
     /// Cycles by reason per SIMD over the simulated CUs.
     pub stalls: Vec<SimdStalls>,
+    /// [`Method::Rounds`]: the share of XCD 0's HBM traffic of the first round that it
+    /// fetches itself (1: no other XCD loads its lines; `None`: no census was run).
+    pub hbm_own_share: Option<f64>,
+    /// The census behind `hbm_own_share`, for [`CrossXcd::Known`].
+    #[serde(skip)]
+    pub xcd_shares: Option<XcdShares>,
     /// Workgroups simulated in detail.
     pub workgroups_simulated: u64,
     /// Workgroups in the grid.
@@ -231,6 +287,13 @@ pub enum TimingError {
     /// Bad parameters.
     #[error("timing parameters")]
     Params(#[from] ParamsError),
+    /// [`CrossXcd::Known`] has no census of a round this launch simulates (it came from
+    /// another launch).
+    #[error("the known cross-XCD census has no round {round}: it belongs to another launch")]
+    UnknownCensusRound {
+        /// The round (from 0).
+        round: u64,
+    },
     /// Writing a trace failed.
     #[error("writing the trace")]
     Trace(#[from] serde_json::Error),
@@ -309,27 +372,29 @@ fn run(
     let infos: Vec<Option<InstInfo>> = (0..prog.instruction_count())
         .map(|s| prog.at_slot(s).map(|i| InstInfo::new(i, params)))
         .collect();
-    let new_ctx = |cus: usize, sim_xcds: usize, gpu_share: f64, l2_share: f64| Ctx {
-        prog,
-        device: memory,
-        stats: Stats::default(),
-        counts: vec![0; prog.instruction_count()],
-        probe: Probe {
-            skip_mfma_math: !opts.exact_mfma,
-            ..Probe::default()
-        },
-        infos: infos.clone(),
-        knobs: std::sync::Arc::new(Knobs::new(params)),
-        mem: mem::MemSystem::new(params, cus, sim_xcds, clock, gpu_share, l2_share),
-        budget: opts.wave_instruction_budget,
-    };
+    let new_ctx =
+        |cus: usize, sim_xcds: usize, gpu_share: f64, l2_share: f64, shares: Vec<f64>| Ctx {
+            prog,
+            device: memory,
+            stats: Stats::default(),
+            counts: vec![0; prog.instruction_count()],
+            probe: Probe {
+                skip_mfma_math: !opts.exact_mfma,
+                ..Probe::default()
+            },
+            infos: infos.clone(),
+            knobs: std::sync::Arc::new(Knobs::new(params)),
+            mem: mem::MemSystem::new(params, cus, sim_xcds, clock, gpu_share, l2_share, shares),
+            budget: opts.wave_instruction_budget,
+        };
     let trace = opts.trace.map(|t| (t, clock));
     let d = &prepared.dispatch;
     let lds = prepared.lds_bytes;
     let mut sims = Vec::new();
     let cycles;
     let rounds;
-    let detail;
+    let mut detail;
+    let mut shares = Vec::new();
     match opts.method {
         Method::Full => {
             let mut pending = vec![std::collections::VecDeque::new(); xcds as usize];
@@ -341,7 +406,7 @@ fn run(
                 rr: vec![0; xcds as usize],
                 cus_per_xcd: cpx as usize,
             };
-            let mut ctx = new_ctx(gpu_cus as usize, xcds as usize, 1.0, 1.0);
+            let mut ctx = new_ctx(gpu_cus as usize, xcds as usize, 1.0, 1.0, Vec::new());
             let r = gpu::simulate(
                 &mut ctx,
                 d,
@@ -364,8 +429,12 @@ fn run(
             let per_round = cpx * cap;
             rounds = n0.div_ceil(per_round).max(1);
             let round = |r: u64,
-                         trace: Option<(TraceOptions, f64)>|
-             -> Result<(gpu::SimResult, u64, u64), TimingError> {
+                         trace: Option<(TraceOptions, f64)>,
+                         reuse: Option<census::Census>|
+             -> Result<
+                (gpu::SimResult, u64, u64, Option<(u64, census::Census)>),
+                TimingError,
+            > {
                 let first = r * per_round;
                 let last = (first + per_round).min(n0);
                 let mut lists = vec![Vec::new(); sim_cus];
@@ -383,11 +452,48 @@ fn run(
                     .min(per_round * xcds);
                 let gpu_active = gpu_round.min(gpu_cus).max(1) as f64;
                 let n_sim = lists.iter().map(|l| l.len() as u64).sum();
+                let census = match &opts.cross_xcd {
+                    _ if xcds < 2 => None,
+                    CrossXcd::Census { .. } if reuse.is_some() => reuse,
+                    CrossXcd::Ignore => None,
+                    CrossXcd::Known(k) => Some(
+                        k.rounds
+                            .iter()
+                            .find(|(i, _)| *i == r)
+                            .map(|(_, c)| c.clone())
+                            .ok_or(TimingError::UnknownCensusRound { round: r })?,
+                    ),
+                    &CrossXcd::Census { instructions } => {
+                        let mut by_xcd =
+                            vec![lists.iter().flatten().copied().collect::<Vec<u64>>()];
+                        for x in 1..xcds {
+                            by_xcd.push(
+                                (first..last)
+                                    .map(|kk| kk * xcds + x)
+                                    .filter(|&i| i < total_wgs)
+                                    .collect(),
+                            );
+                        }
+                        Some(census::census(
+                            prog,
+                            memory,
+                            d,
+                            &infos,
+                            occ.waves_per_workgroup as usize,
+                            lds,
+                            &by_xcd,
+                            instructions,
+                            opts.exact_mfma,
+                            params.vmem.l1_line_bytes.count().max(1).trailing_zeros(),
+                        )?)
+                    }
+                };
                 let mut ctx = new_ctx(
                     sim_cus,
                     1,
                     (sim_active / gpu_active).min(1.0),
                     (sim_active / xcd0_active).min(1.0),
+                    census.as_ref().map_or_else(Vec::new, |c| c.shares.clone()),
                 );
                 let res = gpu::simulate(
                     &mut ctx,
@@ -399,9 +505,10 @@ fn run(
                     Dispatch::Fixed(lists),
                     trace,
                 )?;
-                Ok((res, ctx.counts.iter().sum(), n_sim))
+                Ok((res, ctx.counts.iter().sum(), n_sim, census.map(|c| (r, c))))
             };
-            let (r0, s0, n_first) = round(0, trace)?;
+            let (r0, s0, n_first, c0) = round(0, trace, None)?;
+            shares.extend(c0.clone());
             let t0 = r0.end;
             let n_last = n0 - (rounds - 1) * per_round;
             if rounds == 1 {
@@ -421,7 +528,13 @@ fn run(
                 );
                 sims.push((r0, s0, rounds as f64));
             } else {
-                let (rl, sl, n_l) = round(rounds - 1, None)?;
+                // A last round at least half full shares its lines as a full one does
+                // (the census costs about as much as the simulation of a round).
+                let reuse = (2 * n_last >= per_round)
+                    .then(|| c0.as_ref().map(|(_, c)| c.clone()))
+                    .flatten();
+                let (rl, sl, n_l, cl) = round(rounds - 1, None, reuse)?;
+                shares.extend(cl);
                 cycles = t0 * (rounds - 1) + rl.drained;
                 detail = format!(
                     "{rounds} rounds on XCD 0: round 1 ({} on {sim_cus} CUs) simulated, x {}; the last partial round ({}) simulated on its own",
@@ -431,6 +544,16 @@ fn run(
                 );
                 sims.push((r0, s0, (rounds - 1) as f64));
                 sims.push((rl, sl, 1.0));
+            }
+            if let Some((_, c)) = shares.first() {
+                detail.push_str(&format!(
+                    "; XCD 0 fetches {:.0}% of the HBM traffic of the lines it loads, the other XCDs the rest ({})",
+                    c.own_share * 100.0,
+                    match opts.cross_xcd {
+                        CrossXcd::Known(_) => "census of an earlier run of the launch",
+                        _ => "census of every XCD's workgroups up to their first loop",
+                    }
+                ));
             }
         }
     }
@@ -510,6 +633,10 @@ fn run(
         hbm_gbs,
         bound,
         stalls,
+        hbm_own_share: shares.first().map(|(_, c)| c.own_share),
+        xcd_shares: (!shares.is_empty()).then(|| XcdShares {
+            rounds: shares.clone(),
+        }),
         workgroups_simulated: wgs_sim,
         workgroups_total: total_wgs,
         rounds,

@@ -1,0 +1,290 @@
+//! The address census of a round: which lines the workgroups of every XCD load, so that the
+//! sampled simulation of XCD 0 knows how much of its HBM traffic the other XCDs share.
+//!
+//! The MALL sits in front of HBM for the whole GPU. When workgroups on several XCDs read the
+//! same bytes in the same round (the A rows of a GEMM whose columns are spread over the XCDs,
+//! say), HBM delivers the line once and the MALL serves the other XCDs. A simulation of XCD 0
+//! alone cannot see that: every line its L2 misses looks like its own HBM fetch. The census
+//! runs every workgroup of the round functionally (no timing, global writes discarded so the
+//! simulation that follows sees the memory it would have seen) for the first instructions of
+//! each wave, and records the lines each XCD loads. A line that `n` XCDs load costs each of
+//! them `1/n` of its HBM transfer on average; the mean of `1/n` over the lines XCD 0 loads
+//! with one load instruction is the share of that instruction's HBM traffic that is XCD 0's
+//! own. A kernel repeats its address pattern every loop step, so each wave runs until it has
+//! been once through a loop that loads (it takes a backward branch over a load
+//! instruction), or until the instruction budget: by then every load instruction of the loop
+//! has shown its sharing, and the simulation charges each instruction's later fetches the
+//! same share.
+
+use std::collections::HashMap;
+
+use crate::exec::fault::{Fault, FaultKind};
+use crate::exec::interp::{self, Env, Probe};
+use crate::exec::launch::{init_workgroup_waves, workgroup_id};
+use crate::exec::memory::{DeviceMemory, Lds};
+use crate::exec::program::Program;
+use crate::exec::sched::Step;
+use crate::exec::setup::DispatchState;
+use crate::exec::stats::Stats;
+use crate::exec::wave::{Wave, WaveStatus};
+
+use super::TimingError;
+use super::inst::{InstInfo, Unit};
+use super::mem::BuildLineHasher;
+
+/// What the census of one round found.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Census {
+    /// Distinct lines XCD 0's workgroups loaded.
+    pub own_lines: u64,
+    /// Mean over those lines of `1 / (XCDs that loaded the line)`: the share of XCD 0's HBM
+    /// traffic it would fetch itself (1 when no other XCD loads its lines).
+    pub own_share: f64,
+    /// The same share per load instruction (indexed by program slot); `own_share` for the
+    /// instructions the census did not reach.
+    pub shares: Vec<f64>,
+}
+
+/// A line seen by the census: the last XCD that loaded it, how many XCDs did, and whether
+/// XCD 0 is one of them.
+#[derive(Clone, Copy)]
+struct Seen {
+    last: u32,
+    xcds: u32,
+    own: bool,
+}
+
+/// Runs the workgroups `by_xcd[x]` of XCD `x` (XCD 0 first: the simulated one) for at most
+/// `budget` instructions per wave each (less when it has been once through a loop that
+/// loads), and counts which XCDs load which lines.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn census(
+    prog: &Program,
+    device: &DeviceMemory,
+    d: &DispatchState,
+    infos: &[Option<InstInfo>],
+    waves_per_workgroup: usize,
+    lds_bytes: u32,
+    by_xcd: &[Vec<u64>],
+    budget: u64,
+    exact_mfma: bool,
+    line_shift: u32,
+) -> Result<Census, TimingError> {
+    let mut seen: HashMap<u64, Seen, BuildLineHasher> = HashMap::default();
+    let mut stats = Stats::default();
+    let mut counts = vec![0u64; prog.instruction_count()];
+    let mut probe = Probe {
+        skip_mfma_math: !exact_mfma,
+        discard_global_writes: true,
+        ..Probe::default()
+    };
+    let private = prog.setup().descriptor.private_segment_fixed_size;
+    let mut waves: Vec<Wave> = Vec::with_capacity(waves_per_workgroup);
+    let mut lines = Vec::with_capacity(128);
+    let n_slots = prog.instruction_count();
+    let is_load = |s: usize| {
+        infos
+            .get(s)
+            .and_then(|i| i.as_ref())
+            .is_some_and(|i| i.unit == Unit::Vmem && !i.vmem_store && !i.vmem_atomic)
+    };
+    // Load instructions before each slot, to tell a loop that loads from its back edge.
+    let mut loads_before = vec![0u32; n_slots + 1];
+    for s in 0..n_slots {
+        loads_before[s + 1] = loads_before[s] + is_load(s) as u32;
+    }
+    // Heads of loops that load: slots some later branch jumps back to over a load.
+    let mut head = vec![false; n_slots];
+    for s in 0..n_slots {
+        if let Some(target) = prog.at_slot(s).and_then(|i| i.branch_target)
+            && let Ok((t, _)) = prog.slot(target)
+            && t <= s
+            && loads_before[s + 1] > loads_before[t]
+        {
+            head[t] = true;
+        }
+    }
+    let mut loaded = vec![false; waves_per_workgroup];
+    // XCD 0's (slot, line) loads.
+    let mut own: Vec<(u32, u64)> = Vec::new();
+    for (x, list) in by_xcd.iter().enumerate() {
+        for &index in list {
+            let id = workgroup_id(d.grid, index);
+            let fault = |wave: u32, pc: u64, kind: FaultKind| {
+                TimingError::Fault(Fault {
+                    kernel: prog.name().to_string(),
+                    workgroup: id,
+                    wave,
+                    pc,
+                    inst: prog.disassemble(pc),
+                    kind: Box::new(kind),
+                })
+            };
+            while waves.len() < waves_per_workgroup {
+                let w = Wave::try_new(waves.len() as u32, private)
+                    .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
+                waves.push(w);
+            }
+            waves.truncate(waves_per_workgroup);
+            init_workgroup_waves(prog, d, id, &mut waves)
+                .map_err(|(w, e)| fault(w, prog.entry(), e))?;
+            let mut lds = Lds::new(lds_bytes)
+                .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
+            loaded.fill(false);
+            loop {
+                for (w, loaded) in waves.iter_mut().zip(loaded.iter_mut()) {
+                    while w.status == WaveStatus::Ready {
+                        if w.executed >= budget {
+                            // The census has seen enough of this wave: it leaves the
+                            // workgroup, as if it had ended, so barriers still release.
+                            w.status = WaveStatus::Done;
+                            break;
+                        }
+                        w.executed += 1;
+                        let pc = w.pc;
+                        let slot = prog.slot(pc).map_or(usize::MAX, |(s, _)| s);
+                        if *loaded && head.get(slot).copied().unwrap_or(false) {
+                            // At the head of a loop that loads, with loads seen: the loop
+                            // repeats what they showed.
+                            w.status = WaveStatus::Done;
+                            break;
+                        }
+                        let load = is_load(slot);
+                        probe.vmem.valid = false;
+                        let step = {
+                            let mut env = Env {
+                                prog,
+                                mem: device,
+                                stats: &mut stats,
+                                counts: &mut counts,
+                                probe: Some(&mut probe),
+                            };
+                            interp::step(&mut env, w, &mut lds)
+                        };
+                        let step = step.map_err(|e| fault(w.id, pc, e))?;
+                        if load && probe.vmem.valid {
+                            *loaded = true;
+                            record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                            if x == 0 {
+                                own.extend(lines.iter().map(|&l| (slot as u32, l)));
+                            }
+                        }
+                        match step {
+                            Step::Continue => {}
+                            Step::Yield => break,
+                            Step::Barrier => w.status = WaveStatus::AtBarrier,
+                            Step::End => w.status = WaveStatus::Done,
+                        }
+                    }
+                }
+                if waves.iter().any(|w| w.status == WaveStatus::Ready) {
+                    continue;
+                }
+                if !waves.iter().any(|w| w.status == WaveStatus::AtBarrier) {
+                    break;
+                }
+                for w in waves.iter_mut() {
+                    if w.status == WaveStatus::AtBarrier {
+                        w.status = WaveStatus::Ready;
+                    }
+                }
+            }
+        }
+    }
+    let (own_lines, sum) = seen
+        .values()
+        .filter(|s| s.own)
+        .fold((0u64, 0.0f64), |(n, sum), s| {
+            (n + 1, sum + 1.0 / s.xcds.max(1) as f64)
+        });
+    let own_share = if own_lines > 0 {
+        sum / own_lines as f64
+    } else {
+        1.0
+    };
+    own.sort_unstable();
+    own.dedup();
+    let mut per_slot = vec![(0u64, 0.0f64); n_slots];
+    for &(s, l) in &own {
+        if let (Some(acc), Some(seen)) = (per_slot.get_mut(s as usize), seen.get(&l)) {
+            acc.0 += 1;
+            acc.1 += 1.0 / seen.xcds.max(1) as f64;
+        }
+    }
+    Ok(Census {
+        own_lines,
+        own_share,
+        shares: per_slot
+            .iter()
+            .map(|&(n, sum)| if n > 0 { sum / n as f64 } else { own_share })
+            .collect(),
+    })
+}
+
+/// Adds the lines of the probed load by XCD `x`.
+fn record(
+    probe: &Probe,
+    line_shift: u32,
+    x: u32,
+    lines: &mut Vec<u64>,
+    seen: &mut HashMap<u64, Seen, BuildLineHasher>,
+) {
+    let p = &probe.vmem;
+    let bytes = p.bytes.max(1) as u64;
+    lines.clear();
+    for l in (0..64).filter(|l| p.global >> l & 1 != 0) {
+        let a = p.addr[l];
+        lines.push(a >> line_shift);
+        lines.push((a + bytes - 1) >> line_shift);
+    }
+    if !lines.is_sorted() {
+        lines.sort_unstable();
+    }
+    lines.dedup();
+    for &line in lines.iter() {
+        let s = seen.entry(line).or_insert(Seen {
+            last: x,
+            xcds: 0,
+            own: x == 0,
+        });
+        if s.xcds == 0 || s.last != x {
+            s.xcds += 1;
+            s.last = x;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe_of(addrs: &[u64]) -> Probe {
+        let mut p = Probe::default();
+        p.vmem.valid = true;
+        p.vmem.bytes = 4;
+        for (l, &a) in addrs.iter().enumerate() {
+            p.vmem.addr[l] = a;
+            p.vmem.global |= 1 << l;
+        }
+        p
+    }
+
+    #[test]
+    fn lines_count_each_xcd_once() {
+        let mut seen = HashMap::default();
+        let mut lines = Vec::new();
+        // XCD 0 loads lines 0 and 1 (twice); XCD 1 loads line 1; XCD 2 loads lines 1 and 2.
+        for (x, addrs) in [
+            (0, vec![0, 4, 128]),
+            (0, vec![130]),
+            (1, vec![128, 200]),
+            (2, vec![140, 256]),
+        ] {
+            record(&probe_of(&addrs), 7, x, &mut lines, &mut seen);
+        }
+        let get = |l: u64| seen.get(&l).map(|s: &Seen| (s.xcds, s.own));
+        assert_eq!(get(0), Some((1, true)));
+        assert_eq!(get(1), Some((3, true)));
+        assert_eq!(get(2), Some((1, false)));
+    }
+}
