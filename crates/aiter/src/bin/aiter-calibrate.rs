@@ -226,7 +226,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         params,
         tilegen_emu::timing::TimingOptions {
             max_cus: args.max_cus,
-            cross_xcd: census(&args),
+            cross_xcd: census(args),
             ..Default::default()
         },
     )
@@ -320,7 +320,7 @@ fn one_row(
     let options = tilegen_emu::timing::TimingOptions {
         trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
         max_cus: args.max_cus,
-        cross_xcd: census(&args),
+        cross_xcd: census(args),
         ..Default::default()
     };
     let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));

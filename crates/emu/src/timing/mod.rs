@@ -32,9 +32,16 @@
 //! round)` (the last, partial round simulated on its own when it differs). The kernel ends
 //! when its last wave has ended and HBM has taken every byte queued for it (the write-back of
 //! the results the last round stored, in the final round only: earlier rounds' traffic
-//! overlaps the next round). Cross-XCD sharing in the MALL is not seen by the sample (each
-//! XCD's lines count as its own); the error of the method against a full simulation is
-//! measured by a test on mid-size grids.
+//! overlaps the next round). The other XCDs load some of XCD 0's lines in the same round
+//! (a GEMM's A rows, when its columns spread over the XCDs), and the MALL serves them from
+//! one HBM fetch: before a round is simulated, a census ([`CrossXcd`]) runs every XCD's
+//! workgroups of the round functionally up to the head of their first loop that loads and
+//! counts which XCDs load which lines; each of XCD 0's load instructions then takes its share
+//! (the mean of `1 / XCDs` over its lines) of the HBM transfers it causes. A last round at
+//! least half full reuses the first round's census. Lines that earlier rounds brought into
+//! the MALL still count as HBM traffic in the later rounds (each simulated round starts with
+//! cold caches). The error of the method against a full simulation is measured by a test on
+//! mid-size grids.
 //!
 //! # What is approximate
 //! The parameters no document gives (the clock sustained under matrix load, launch overhead,
@@ -353,6 +360,10 @@ pub fn predict(
     result
 }
 
+/// A simulated round: its result, the instructions it executed, its workgroups, and the
+/// census it ran (with the round's index).
+type RoundResult = (gpu::SimResult, u64, u64, Option<(u64, census::Census)>);
+
 #[allow(clippy::too_many_arguments)]
 fn run(
     memory: &DeviceMemory,
@@ -431,10 +442,7 @@ fn run(
             let round = |r: u64,
                          trace: Option<(TraceOptions, f64)>,
                          reuse: Option<census::Census>|
-             -> Result<
-                (gpu::SimResult, u64, u64, Option<(u64, census::Census)>),
-                TimingError,
-            > {
+             -> Result<RoundResult, TimingError> {
                 let first = r * per_round;
                 let last = (first + per_round).min(n0);
                 let mut lists = vec![Vec::new(); sim_cus];
