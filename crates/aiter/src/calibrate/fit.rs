@@ -19,8 +19,8 @@
 //!   model on every calibration row (rows in parallel). The fine sweeps skip the parameters
 //!   the coarse one found flat.
 //! * A move is kept only if it lowers the objective by more than 0.1 percentage point. A
-//!   parameter whose trials all leave the objective within 0.5 point of the best is not
-//!   identifiable from these rows: it keeps its value and its source says so.
+//!   parameter without a kept move whose trials all leave the objective within 0.5 point of
+//!   the best is not identifiable from these rows: it keeps its value and its source says so.
 
 use std::fmt::Write as _;
 
@@ -437,6 +437,8 @@ pub fn fit(
                         sensitive[i] = true;
                     }
                     if obj < best - GAIN {
+                        // A kept move is evidence enough: the parameter is fitted.
+                        sensitive[i] = true;
                         (cur, best, launch, x, moved) = (next, obj, l, xn, true);
                     } else {
                         break;
