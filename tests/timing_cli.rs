@@ -21,7 +21,12 @@ fn json(out: &Output) -> serde_json::Value {
 
 /// `gemm --timing-only --json` at a full-size shape: the modeled time and its parts.
 fn modeled(m: &str, n: &str, k: &str) -> serde_json::Value {
-    json(&tilegen(&[
+    modeled_with(m, n, k, &[])
+}
+
+/// [`modeled`] with more flags.
+fn modeled_with(m: &str, n: &str, k: &str, more: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "gemm",
         "--m",
         m,
@@ -31,8 +36,22 @@ fn modeled(m: &str, n: &str, k: &str) -> serde_json::Value {
         k,
         "--timing-only",
         "--json",
-    ]))["timing"]
-        .clone()
+    ];
+    args.extend_from_slice(more);
+    json(&tilegen(&args))["timing"].clone()
+}
+
+#[test]
+fn the_census_finds_the_lines_other_xcds_share() {
+    // 64 x 128 tiles over 1024 x 4096: each XCD holds every row block of A for its own
+    // column blocks of B, so most of XCD 0's A lines are the other XCDs' too.
+    let with = modeled("1024", "4096", "2048");
+    let share = with["hbm_own_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 0.9, "{with}");
+    let without = modeled_with("1024", "4096", "2048", &["--no-census"]);
+    assert!(without["hbm_own_share"].is_null(), "{without}");
+    let gbs = |t: &serde_json::Value| t["hbm_gbs"].as_f64().unwrap();
+    assert!(gbs(&without) > gbs(&with), "{with}\n{without}");
 }
 
 #[test]
