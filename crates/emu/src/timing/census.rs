@@ -30,7 +30,7 @@ use crate::exec::wave::{Wave, WaveStatus};
 
 use super::TimingError;
 use super::inst::{InstInfo, Unit};
-use super::mem::BuildLineHasher;
+use super::mem::{BuildLineHasher, probed_lines};
 
 /// What the census of one round found.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,7 +80,7 @@ pub(crate) fn census(
     };
     let private = prog.setup().descriptor.private_segment_fixed_size;
     let mut waves: Vec<Wave> = Vec::with_capacity(waves_per_workgroup);
-    let mut lines = Vec::with_capacity(128);
+    let mut lines = [0u64; 128];
     let n_slots = prog.instruction_count();
     let is_load = |s: usize| {
         infos
@@ -164,9 +164,9 @@ pub(crate) fn census(
                         let step = step.map_err(|e| fault(w.id, pc, e))?;
                         if load && probe.vmem.valid {
                             *loaded = true;
-                            record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                            let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
                             if x == 0 {
-                                own.extend(lines.iter().map(|&l| (slot as u32, l)));
+                                own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
                             }
                         }
                         match step {
@@ -221,27 +221,16 @@ pub(crate) fn census(
     })
 }
 
-/// Adds the lines of the probed load by XCD `x`.
+/// Adds the lines of the probed load by XCD `x`; leaves them in `lines`.
 fn record(
     probe: &Probe,
     line_shift: u32,
     x: u32,
-    lines: &mut Vec<u64>,
+    lines: &mut [u64; 128],
     seen: &mut HashMap<u64, Seen, BuildLineHasher>,
-) {
-    let p = &probe.vmem;
-    let bytes = p.bytes.max(1) as u64;
-    lines.clear();
-    for l in (0..64).filter(|l| p.global >> l & 1 != 0) {
-        let a = p.addr[l];
-        lines.push(a >> line_shift);
-        lines.push((a + bytes - 1) >> line_shift);
-    }
-    if !lines.is_sorted() {
-        lines.sort_unstable();
-    }
-    lines.dedup();
-    for &line in lines.iter() {
+) -> usize {
+    let n = probed_lines(&probe.vmem, line_shift, lines);
+    for &line in &lines[..n] {
         let s = seen.entry(line).or_insert(Seen {
             last: x,
             xcds: 0,
@@ -252,6 +241,7 @@ fn record(
             s.last = x;
         }
     }
+    n
 }
 
 #[cfg(test)]
@@ -272,7 +262,7 @@ mod tests {
     #[test]
     fn lines_count_each_xcd_once() {
         let mut seen = HashMap::default();
-        let mut lines = Vec::new();
+        let mut lines = [0u64; 128];
         // XCD 0 loads lines 0 and 1 (twice); XCD 1 loads line 1; XCD 2 loads lines 1 and 2.
         for (x, addrs) in [
             (0, vec![0, 4, 128]),

@@ -26,7 +26,7 @@ use crate::exec::wave::Wave;
 
 use super::TimingError;
 use super::inst::{CATEGORIES, InstInfo, REGS, ReadKind, Special, Unit};
-use super::mem::{Access, MemSystem};
+use super::mem::{Access, MemSystem, probed_lines};
 use super::params::Params;
 use super::trace::TraceBuf;
 
@@ -819,30 +819,10 @@ impl Cu {
                     let start = self.ta_free.max(t);
                     self.ta_free = start + busy;
                     let mut lines = [0u64; 128];
-                    let mut n = 0;
-                    let bytes = p.bytes.max(1) as u64;
-                    for l in (0..64).filter(|l| p.global >> l & 1 != 0) {
-                        let a = p.addr[l];
-                        for line in [ctx.mem.line_of(a), ctx.mem.line_of(a + bytes - 1)] {
-                            if n < lines.len() {
-                                lines[n] = line;
-                                n += 1;
-                            }
-                        }
-                    }
-                    let lines = &mut lines[..n];
-                    // Lanes usually address ascending lines: sort only when they do not.
-                    if !lines.is_sorted() {
-                        lines.sort_unstable();
-                    }
+                    let n = probed_lines(p, ctx.mem.line_shift(), &mut lines);
                     let mut done = (start + busy) as f64;
                     let share = ctx.mem.share(slot);
-                    let mut prev = None;
-                    for &line in lines.iter() {
-                        if prev == Some(line) {
-                            continue;
-                        }
-                        prev = Some(line);
+                    for &line in &lines[..n] {
                         let d =
                             ctx.mem
                                 .line(self.sim_index, self.xcd, line, start as f64, kind, share);

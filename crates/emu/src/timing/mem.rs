@@ -8,6 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::Serialize;
 
 use super::params::Params;
+use crate::exec::interp::VmemProbe;
 
 /// An XOR fold of a line number: every 4-bit group of the line address flips the low bits,
 /// the way GPUs hash addresses over L2 channels (so strides of a power of two, such as the
@@ -19,6 +20,33 @@ pub(crate) fn fold_hash(line: u64) -> u64 {
     h ^= h >> 8;
     h ^= h >> 4;
     h
+}
+
+/// The distinct lines, ascending, that the global lanes of a probed vector-memory access
+/// touch (a lane's first and last byte), in lines of `1 << line_shift` bytes; returns how
+/// many of `out` it filled.
+pub(crate) fn probed_lines(p: &VmemProbe, line_shift: u32, out: &mut [u64; 128]) -> usize {
+    let mut n = 0;
+    let bytes = p.bytes.max(1) as u64;
+    for l in (0..64).filter(|l| p.global >> l & 1 != 0) {
+        let a = p.addr[l];
+        out[n] = a >> line_shift;
+        out[n + 1] = (a + bytes - 1) >> line_shift;
+        n += 2;
+    }
+    let lines = &mut out[..n];
+    // Lanes usually address ascending lines: sort only when they do not.
+    if !lines.is_sorted() {
+        lines.sort_unstable();
+    }
+    let mut kept = 0;
+    for i in 0..n {
+        if kept == 0 || out[i] != out[kept - 1] {
+            out[kept] = out[i];
+            kept += 1;
+        }
+    }
+    kept
 }
 
 /// A set-associative LRU cache of line addresses.
@@ -363,9 +391,9 @@ impl MemSystem {
         }
     }
 
-    /// Line number of a byte address.
-    pub(crate) fn line_of(&self, addr: u64) -> u64 {
-        addr >> self.line_shift
+    /// log2 of the line size.
+    pub(crate) fn line_shift(&self) -> u32 {
+        self.line_shift
     }
 
     /// The share of the HBM traffic of load instruction `slot` that the simulated XCD
