@@ -606,6 +606,23 @@ mod tests {
     }
 
     #[test]
+    fn probed_lines_are_distinct_and_ascending() {
+        let mut p = crate::exec::interp::Probe::default().vmem;
+        p.bytes = 16;
+        // Lanes 0-2 descending, lane 3 straddles lines 2 and 3, lane 5 is not global.
+        for (l, a) in [(0, 300u64), (1, 130), (2, 0), (3, 250), (5, 1000)] {
+            p.addr[l] = a;
+        }
+        p.global = 0b1111;
+        let mut out = [0u64; 128];
+        let n = probed_lines(&p, 7, &mut out);
+        assert_eq!(&out[..n], &[0, 1, 2]);
+        p.addr[3] = 380;
+        let n = probed_lines(&p, 7, &mut out);
+        assert_eq!(&out[..n], &[0, 1, 2, 3]);
+    }
+
+    #[test]
     fn fifo_cache_capacity() {
         let mut f = FifoCache::new(2);
         assert!(!f.access(1) && !f.access(2) && f.access(1));
