@@ -32,7 +32,8 @@ const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params
     --row LINE     run the model on one calibration row (table line) and print the whole prediction\n  \
     --trace FILE   with --row: write a Perfetto trace of the first CU\n  \
     --max-cus N    simulate at most N CUs of XCD 0
-  --census N     instructions per wave of the cross-XCD address census (0: none)";
+  --census N     instructions per wave of the cross-XCD address census (0: none)
+  --full-grid    simulate every workgroup on every CU (no sampled rounds; slow)";
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -60,6 +61,7 @@ struct Args {
     trace: Option<PathBuf>,
     max_cus: Option<u32>,
     census: Option<u64>,
+    full_grid: bool,
     full_k: bool,
     k_steps: Option<(u32, u32)>,
     update: Option<PathBuf>,
@@ -79,6 +81,7 @@ fn parse() -> Result<Option<Args>, String> {
         trace: None,
         max_cus: None,
         census: None,
+        full_grid: false,
         full_k: false,
         k_steps: None,
         update: None,
@@ -102,6 +105,7 @@ fn parse() -> Result<Option<Args>, String> {
             "--no-model" => a.model = false,
             "--detail" => a.detail = true,
             "--full-k" => a.full_k = true,
+            "--full-grid" => a.full_grid = true,
             "--k-steps" => {
                 let v = value("--k-steps")?;
                 let bad = || format!("--k-steps takes SHORT,LONG, not {v:?}");
@@ -142,6 +146,15 @@ fn parse() -> Result<Option<Args>, String> {
         }
     }
     Ok(Some(a))
+}
+
+/// Sampled rounds, or with `--full-grid` every workgroup.
+fn method(args: &Args) -> tilegen_emu::timing::Method {
+    if args.full_grid {
+        tilegen_emu::timing::Method::Full
+    } else {
+        tilegen_emu::timing::Method::Rounds
+    }
 }
 
 /// The cross-XCD census: `--census N` (0: none), else the model's default.
@@ -227,6 +240,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         tilegen_emu::timing::TimingOptions {
             max_cus: args.max_cus,
             cross_xcd: census(args),
+            method: method(args),
             ..Default::default()
         },
     )
@@ -321,6 +335,7 @@ fn one_row(
         trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
         max_cus: args.max_cus,
         cross_xcd: census(args),
+        method: method(args),
         ..Default::default()
     };
     let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));
