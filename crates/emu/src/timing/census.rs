@@ -10,11 +10,13 @@
 //! each wave, and records the lines each XCD loads. A line that `n` XCDs load costs each of
 //! them `1/n` of its HBM transfer on average; the mean of `1/n` over the lines XCD 0 loads
 //! with one load instruction is the share of that instruction's HBM traffic that is XCD 0's
-//! own. A kernel repeats its address pattern every loop step, so each wave runs until it has
-//! been once through a loop that loads (it takes a backward branch over a load
-//! instruction), or until the instruction budget: by then every load instruction of the loop
-//! has shown its sharing, and the simulation charges each instruction's later fetches the
-//! same share.
+//! own. A kernel repeats its address pattern every loop step, so each wave runs only until
+//! it stands at the head of a loop that loads (a slot some later branch jumps back to over a
+//! load instruction) having loaded something itself: the prologue's loads, or the loop's
+//! first pass when the prologue loads nothing (or until the instruction budget). The
+//! simulation charges each load instruction's fetches its share; the instructions the census
+//! did not reach (a pipelined loop whose prologue loaded the first stages) take the mean
+//! share of the lines it saw, which load the same operands.
 
 use std::collections::HashMap;
 
@@ -54,9 +56,9 @@ struct Seen {
     own: bool,
 }
 
-/// Runs the workgroups `by_xcd[x]` of XCD `x` (XCD 0 first: the simulated one) for at most
-/// `budget` instructions per wave each (less when it has been once through a loop that
-/// loads), and counts which XCDs load which lines.
+/// Runs the workgroups `by_xcd[x]` of XCD `x` (XCD 0 first: the simulated one), each wave up
+/// to the head of a loop that loads once it has loaded, or for at most `budget`
+/// instructions, and counts which XCDs load which lines.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn census(
     prog: &Program,
