@@ -25,10 +25,10 @@ use crate::exec::interp::{self, Env, Probe};
 use crate::exec::launch::{init_workgroup_waves, workgroup_id};
 use crate::exec::memory::{DeviceMemory, Lds};
 use crate::exec::program::Program;
-use crate::exec::sched::Step;
+use crate::exec::sched::{Budget, Step, run_workgroup};
 use crate::exec::setup::DispatchState;
 use crate::exec::stats::Stats;
-use crate::exec::wave::{Wave, WaveStatus};
+use crate::exec::wave::Wave;
 
 use super::TimingError;
 use super::inst::{InstInfo, Unit};
@@ -107,6 +107,8 @@ pub(crate) fn census(
         }
     }
     let mut loaded = vec![false; waves_per_workgroup];
+    // The census sets its own limit per wave (`budget`), and stops quietly at it.
+    let unlimited = Budget::new(u64::MAX);
     // XCD 0's (slot, line) loads.
     let mut own: Vec<(u32, u64)> = Vec::new();
     for (x, list) in by_xcd.iter().enumerate() {
@@ -133,63 +135,36 @@ pub(crate) fn census(
             let mut lds = Lds::new(lds_bytes)
                 .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
             loaded.fill(false);
-            loop {
-                for (w, loaded) in waves.iter_mut().zip(loaded.iter_mut()) {
-                    while w.status == WaveStatus::Ready {
-                        if w.executed >= budget {
-                            // The census has seen enough of this wave: it leaves the
-                            // workgroup, as if it had ended, so barriers still release.
-                            w.status = WaveStatus::Done;
-                            break;
-                        }
-                        w.executed += 1;
-                        let pc = w.pc;
-                        let slot = prog.slot(pc).map_or(usize::MAX, |(s, _)| s);
-                        if *loaded && head.get(slot).copied().unwrap_or(false) {
-                            // At the head of a loop that loads, with loads seen: the loop
-                            // repeats what they showed.
-                            w.status = WaveStatus::Done;
-                            break;
-                        }
-                        let load = is_load(slot);
-                        probe.vmem.valid = false;
-                        let step = {
-                            let mut env = Env {
-                                prog,
-                                mem: device,
-                                stats: &mut stats,
-                                counts: &mut counts,
-                                probe: Some(&mut probe),
-                            };
-                            interp::step(&mut env, w, &mut lds)
-                        };
-                        let step = step.map_err(|e| fault(w.id, pc, e))?;
-                        if load && probe.vmem.valid {
-                            *loaded = true;
-                            let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
-                            if x == 0 {
-                                own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
-                            }
-                        }
-                        match step {
-                            Step::Continue => {}
-                            Step::Yield => break,
-                            Step::Barrier => w.status = WaveStatus::AtBarrier,
-                            Step::End => w.status = WaveStatus::Done,
-                        }
+            let run = run_workgroup(&mut waves, &mut lds, &unlimited, index, |w, lds| {
+                let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
+                let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
+                if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false)) {
+                    // Enough of this wave (at the head of a loop that loads, with loads
+                    // seen, the loop repeats what they showed): it leaves the workgroup as
+                    // if it had ended, so barriers still release.
+                    return Ok(Step::End);
+                }
+                probe.vmem.valid = false;
+                let mut env = Env {
+                    prog,
+                    mem: device,
+                    stats: &mut stats,
+                    counts: &mut counts,
+                    probe: Some(&mut probe),
+                };
+                let step = interp::step(&mut env, w, lds)?;
+                if is_load(slot) && probe.vmem.valid {
+                    *loaded = true;
+                    let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                    if x == 0 {
+                        own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
                     }
                 }
-                if waves.iter().any(|w| w.status == WaveStatus::Ready) {
-                    continue;
-                }
-                if !waves.iter().any(|w| w.status == WaveStatus::AtBarrier) {
-                    break;
-                }
-                for w in waves.iter_mut() {
-                    if w.status == WaveStatus::AtBarrier {
-                        w.status = WaveStatus::Ready;
-                    }
-                }
+                Ok(step)
+            });
+            if let Err((w, kind)) = run {
+                let pc = waves.get(w).map_or(prog.entry(), |w| w.pc);
+                return Err(fault(w as u32, pc, kind));
             }
         }
     }
