@@ -154,18 +154,11 @@ impl Default for CrossXcd {
     }
 }
 
-/// What the census of a prediction found, per simulated round.
+/// What the census of a prediction found, per simulated round (opaque: give it back through
+/// [`CrossXcd::Known`]; [`Prediction::hbm_own_share`] states its first round).
 #[derive(Clone, Debug, PartialEq)]
 pub struct XcdShares {
     rounds: Vec<(u64, census::Census)>,
-}
-
-impl XcdShares {
-    /// The share of XCD 0's HBM traffic in the first round that it fetches itself (1: the
-    /// other XCDs load none of its lines).
-    pub fn own_share(&self) -> f64 {
-        self.rounds.first().map_or(1.0, |(_, c)| c.own_share)
-    }
 }
 
 impl Default for TimingOptions {
