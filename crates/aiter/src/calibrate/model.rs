@@ -295,8 +295,9 @@ impl TimingModel {
 /// of K steps (256 K elements each): `T(s) = T(a) + (s - a) (T(b) - T(a)) / (b - a)`. A launch
 /// of `s > a + b` steps is simulated with `a` and `b` steps instead: the argument block's K
 /// is lowered and nothing else changes (same grid, buffers, strides and addresses), so the
-/// caches see the same lines, and the long run reuses the short run's cross-XCD census. `b - a` should be a multiple of the kernels' unrolling (4, 6
-/// or 8 steps in AITER's kernels).
+/// caches see the same lines, and the long run reuses the short run's cross-XCD census.
+/// `b - a` should be a multiple of the kernels' unrolling (4, 6 or 8 steps in AITER's
+/// kernels).
 ///
 /// The error it adds, measured against `aiter-calibrate --full-k` on the 65 calibration rows
 /// of more than 32 steps: the extrapolated time is within 0.35% of the full simulation's at

@@ -155,7 +155,6 @@ impl Emulator {
             prog,
             &self.memory,
             &self.config,
-            prog.setup(),
             &prepared.dispatch,
             prepared.total,
             prepared.waves_per_wg,
@@ -424,7 +423,6 @@ fn run_grid(
     prog: &Program,
     mem: &DeviceMemory,
     config: &EmuConfig,
-    setup: &KernelSetup,
     d: &DispatchState,
     total: u64,
     waves_per_wg: u32,
@@ -442,7 +440,6 @@ fn run_grid(
         let r = run_workgroup(
             prog,
             mem,
-            setup,
             d,
             &budget,
             index,
@@ -514,7 +511,6 @@ fn run_grid(
 fn run_workgroup(
     prog: &Program,
     mem: &DeviceMemory,
-    setup: &KernelSetup,
     d: &DispatchState,
     budget: &Budget,
     index: u64,
@@ -523,31 +519,11 @@ fn run_workgroup(
     lds_bytes: u32,
     cache: &mut ThreadCache,
 ) -> Result<Stats, Fault> {
-    let fault = |wave: u32, pc: u64, kind: FaultKind| Fault {
-        kernel: prog.name().to_string(),
-        workgroup: wg,
-        wave,
-        pc,
-        inst: prog.disassemble(pc),
-        kind: Box::new(kind),
-    };
     // Reuse the register files and counters of earlier workgroups on this thread.
     let ThreadCache { waves, counts } = cache;
-    while waves.len() < n_waves as usize {
-        let w = Wave::try_new(
-            waves.len() as u32,
-            setup.descriptor.private_segment_fixed_size,
-        )
-        .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
-        waves.push(w);
-    }
-    let waves = &mut waves[..n_waves as usize];
     // A faulted workgroup leaves its counts behind; start from zero.
     counts.clear();
     counts.resize(prog.instruction_count(), 0);
-    init_workgroup_waves(prog, d, wg, waves).map_err(|(k, e)| fault(k, prog.entry(), e))?;
-    let mut lds = Lds::new(lds_bytes)
-        .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
     let mut stats = Stats {
         workgroups: 1,
         waves: n_waves as u64,
@@ -560,12 +536,80 @@ fn run_workgroup(
         counts,
         probe: None,
     };
-    sched::run_workgroup(waves, &mut lds, budget, index, |w, lds| {
-        interp::step(&mut env, w, lds)
-    })
-    .map_err(|(k, kind)| fault(k as u32, waves_pc(waves, k), kind))?;
+    run_workgroup_with(
+        prog,
+        d,
+        budget,
+        index,
+        wg,
+        n_waves,
+        lds_bytes,
+        waves,
+        |w, lds| interp::step(&mut env, w, lds),
+    )?;
     interp::fold_counts(prog, counts, &mut stats);
     Ok(stats)
+}
+
+/// Sets up workgroup `wg` (launch index `index`): `n_waves` waves in `waves` (whose register
+/// files earlier workgroups leave for reuse) and a zeroed LDS of `lds_bytes`, then runs it
+/// through the wave scheduler, `step` executing each instruction. A fault names the wave and
+/// the instruction it stopped at.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_workgroup_with<F>(
+    prog: &Program,
+    d: &DispatchState,
+    budget: &Budget,
+    index: u64,
+    wg: [u32; 3],
+    n_waves: u32,
+    lds_bytes: u32,
+    waves: &mut Vec<Wave>,
+    step: F,
+) -> Result<(), Fault>
+where
+    F: FnMut(&mut Wave, &mut Lds) -> Result<sched::Step, FaultKind>,
+{
+    let mut lds = prepare_workgroup(prog, d, wg, n_waves as usize, lds_bytes, waves)?;
+    let waves = &mut waves[..n_waves as usize];
+    sched::run_workgroup(waves, &mut lds, budget, index, step).map_err(|(k, kind)| {
+        let pc = waves_pc(waves, k);
+        wave_fault(prog, wg, k as u32, pc, kind)
+    })
+}
+
+/// Makes the first `n_waves` of `waves` (adding register files as needed, reusing those
+/// earlier workgroups left) the launch state of workgroup `wg`, and returns its zeroed LDS
+/// of `lds_bytes`.
+pub(crate) fn prepare_workgroup(
+    prog: &Program,
+    d: &DispatchState,
+    wg: [u32; 3],
+    n_waves: usize,
+    lds_bytes: u32,
+    waves: &mut Vec<Wave>,
+) -> Result<Lds, Fault> {
+    let fault = |wave: u32, kind: FaultKind| wave_fault(prog, wg, wave, prog.entry(), kind);
+    let private = prog.setup().descriptor.private_segment_fixed_size;
+    while waves.len() < n_waves {
+        let w = Wave::try_new(waves.len() as u32, private)
+            .map_err(|e| fault(waves.len() as u32, e.into()))?;
+        waves.push(w);
+    }
+    init_workgroup_waves(prog, d, wg, &mut waves[..n_waves]).map_err(|(k, e)| fault(k, e))?;
+    Lds::new(lds_bytes).ok_or_else(|| fault(0, FaultKind::Launch("LDS too large".into())))
+}
+
+/// The fault of wave `wave` of workgroup `wg` at `pc`.
+fn wave_fault(prog: &Program, wg: [u32; 3], wave: u32, pc: u64, kind: FaultKind) -> Fault {
+    Fault {
+        kernel: prog.name().to_string(),
+        workgroup: wg,
+        wave,
+        pc,
+        inst: prog.disassemble(pc),
+        kind: Box::new(kind),
+    }
 }
 
 /// Per-thread state reused from one workgroup to the next.

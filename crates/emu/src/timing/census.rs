@@ -20,12 +20,11 @@
 
 use std::collections::HashMap;
 
-use crate::exec::fault::{Fault, FaultKind};
 use crate::exec::interp::{self, Env, Probe};
-use crate::exec::launch::{init_workgroup_waves, workgroup_id};
-use crate::exec::memory::{DeviceMemory, Lds};
+use crate::exec::launch::{run_workgroup_with, workgroup_id};
+use crate::exec::memory::DeviceMemory;
 use crate::exec::program::Program;
-use crate::exec::sched::{Budget, Step, run_workgroup};
+use crate::exec::sched::{Budget, Step};
 use crate::exec::setup::DispatchState;
 use crate::exec::stats::Stats;
 use crate::exec::wave::Wave;
@@ -80,7 +79,6 @@ pub(crate) fn census(
         discard_global_writes: true,
         ..Probe::default()
     };
-    let private = prog.setup().descriptor.private_segment_fixed_size;
     let mut waves: Vec<Wave> = Vec::with_capacity(waves_per_workgroup);
     let mut lines = [0u64; 128];
     let n_slots = prog.instruction_count();
@@ -113,59 +111,46 @@ pub(crate) fn census(
     let mut own: Vec<(u32, u64)> = Vec::new();
     for (x, list) in by_xcd.iter().enumerate() {
         for &index in list {
-            let id = workgroup_id(d.grid, index);
-            let fault = |wave: u32, pc: u64, kind: FaultKind| {
-                TimingError::Fault(Fault {
-                    kernel: prog.name().to_string(),
-                    workgroup: id,
-                    wave,
-                    pc,
-                    inst: prog.disassemble(pc),
-                    kind: Box::new(kind),
-                })
-            };
-            while waves.len() < waves_per_workgroup {
-                let w = Wave::try_new(waves.len() as u32, private)
-                    .map_err(|e| fault(waves.len() as u32, prog.entry(), e.into()))?;
-                waves.push(w);
-            }
-            waves.truncate(waves_per_workgroup);
-            init_workgroup_waves(prog, d, id, &mut waves)
-                .map_err(|(w, e)| fault(w, prog.entry(), e))?;
-            let mut lds = Lds::new(lds_bytes)
-                .ok_or_else(|| fault(0, prog.entry(), FaultKind::Launch("LDS too large".into())))?;
-            loaded.fill(false);
-            let run = run_workgroup(&mut waves, &mut lds, &unlimited, index, |w, lds| {
-                let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
-                let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
-                if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false)) {
-                    // Enough of this wave (at the head of a loop that loads, with loads
-                    // seen, the loop repeats what they showed): it leaves the workgroup as
-                    // if it had ended, so barriers still release.
-                    return Ok(Step::End);
-                }
-                probe.vmem.valid = false;
-                let mut env = Env {
-                    prog,
-                    mem: device,
-                    stats: &mut stats,
-                    counts: &mut counts,
-                    probe: Some(&mut probe),
-                };
-                let step = interp::step(&mut env, w, lds)?;
-                if is_load(slot) && probe.vmem.valid {
-                    *loaded = true;
-                    let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
-                    if x == 0 {
-                        own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
+            let run = run_workgroup_with(
+                prog,
+                d,
+                &unlimited,
+                index,
+                workgroup_id(d.grid, index),
+                waves_per_workgroup as u32,
+                lds_bytes,
+                &mut waves,
+                |w, lds| {
+                    let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
+                    let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
+                    if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false))
+                    {
+                        // Enough of this wave (at the head of a loop that loads, with loads
+                        // seen, the loop repeats what they showed): it leaves the workgroup
+                        // as if it had ended, so barriers still release.
+                        return Ok(Step::End);
                     }
-                }
-                Ok(step)
-            });
-            if let Err((w, kind)) = run {
-                let pc = waves.get(w).map_or(prog.entry(), |w| w.pc);
-                return Err(fault(w as u32, pc, kind));
-            }
+                    probe.vmem.valid = false;
+                    let mut env = Env {
+                        prog,
+                        mem: device,
+                        stats: &mut stats,
+                        counts: &mut counts,
+                        probe: Some(&mut probe),
+                    };
+                    let step = interp::step(&mut env, w, lds)?;
+                    if is_load(slot) && probe.vmem.valid {
+                        *loaded = true;
+                        let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                        if x == 0 {
+                            own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
+                        }
+                    }
+                    Ok(step)
+                },
+            );
+            loaded.fill(false);
+            run?;
         }
     }
     let (own_lines, sum) = seen

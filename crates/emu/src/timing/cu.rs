@@ -471,18 +471,10 @@ impl Cu {
             .iter()
             .position(|w| w.is_none())
             .ok_or_else(|| fault(0, FaultKind::Launch("no free workgroup slot".into())))?;
-        let private = prog.setup().descriptor.private_segment_fixed_size;
         let mut waves = self.pool.pop().unwrap_or_default();
-        while waves.len() < n_waves {
-            let w = Wave::try_new(waves.len() as u32, private)
-                .map_err(|e| fault(waves.len() as u32, e.into()))?;
-            waves.push(w);
-        }
+        let lds =
+            crate::exec::launch::prepare_workgroup(prog, d, id, n_waves, lds_bytes, &mut waves)?;
         waves.truncate(n_waves);
-        crate::exec::launch::init_workgroup_waves(prog, d, id, &mut waves)
-            .map_err(|(w, e)| fault(w, e))?;
-        let lds = Lds::new(lds_bytes)
-            .ok_or_else(|| fault(0, FaultKind::Launch("LDS too large".into())))?;
         let mut timing = Vec::with_capacity(n_waves);
         for w in 0..n_waves {
             let simd = (self.rr_simd + w) % k.simds;

@@ -219,8 +219,8 @@ impl FifoCache {
 pub(crate) struct Server {
     bytes_per_cycle: f64,
     free_at: f64,
-    /// Bytes served.
-    pub bytes: u64,
+    /// Bytes served (a part of a transfer counts its part).
+    pub bytes: f64,
     /// Cycles requests waited in the queue.
     pub waited: f64,
     /// Busy cycles per cycle over the recent window, as of `load_at`.
@@ -234,7 +234,7 @@ impl Server {
         Server {
             bytes_per_cycle: bytes_per_cycle.max(1e-9),
             free_at: 0.0,
-            bytes: 0,
+            bytes: 0.0,
             waited: 0.0,
             load: 0.0,
             load_at: 0.0,
@@ -260,7 +260,7 @@ impl Server {
         self.waited += start - t;
         let busy = bytes as f64 * part / self.bytes_per_cycle;
         self.free_at = start + busy;
-        self.bytes += bytes;
+        self.bytes += bytes as f64 * part;
         if t > self.load_at {
             self.load *= (-(t - self.load_at) / self.window).exp();
             self.load_at = t;
@@ -321,8 +321,6 @@ pub(crate) struct MemSystem {
     store_ack: f64,
     pub report: MemoryReport,
     hbm_requests: u64,
-    /// Bytes HBM moved for the simulated workgroups (fractional: see `own_share`).
-    hbm_bytes: f64,
     /// Per load instruction (program slot), the share of a line it loads from HBM that this
     /// XCD fetches itself; the other XCDs that load the same line in the same round fetch
     /// the rest (see `census`). Slots past the end: 1.
@@ -385,7 +383,6 @@ impl MemSystem {
             store_ack: v.store_ack_latency_cycles.get(),
             report: MemoryReport::default(),
             hbm_requests: 0,
-            hbm_bytes: 0.0,
             shares: shares.into_iter().map(|s| s.clamp(1e-3, 1.0)).collect(),
             load_latency: 0.0,
         }
@@ -496,14 +493,13 @@ impl MemSystem {
 
     fn hbm_traffic(&mut self, t: f64, bytes: u64, part: f64) -> f64 {
         self.hbm_requests += 1;
-        self.hbm_bytes += bytes as f64 * part;
         self.hbm.serve_part(t, bytes, part)
     }
 
     /// The report with the queueing mean filled in.
     pub(crate) fn finish_report(&self) -> MemoryReport {
         let mut r = self.report.clone();
-        r.hbm_bytes = self.hbm_bytes.round() as u64;
+        r.hbm_bytes = self.hbm.bytes.round() as u64;
         r.hbm_mean_queue_cycles = if self.hbm_requests > 0 {
             self.hbm.waited / self.hbm_requests as f64
         } else {
@@ -560,7 +556,7 @@ mod tests {
         assert_eq!(s.serve(0.0, 128), 64.0);
         assert_eq!(s.serve(10.0, 128), 128.0, "waits for the first transfer");
         assert_eq!(s.serve(1000.0, 2), 1001.0, "idle server starts at arrival");
-        assert_eq!(s.bytes, 258);
+        assert_eq!(s.bytes, 258.0);
     }
 
     #[test]
@@ -609,7 +605,8 @@ mod tests {
     fn probed_lines_are_distinct_and_ascending() {
         let mut p = crate::exec::interp::Probe::default().vmem;
         p.bytes = 16;
-        // Lanes 0-2 descending, lane 3 straddles lines 2 and 3, lane 5 is not global.
+        // Lanes 0-2 descending, lane 3 straddles lines 1 and 2 (then 2 and 3), lane 5 is
+        // not global.
         for (l, a) in [(0, 300u64), (1, 130), (2, 0), (3, 250), (5, 1000)] {
             p.addr[l] = a;
         }
