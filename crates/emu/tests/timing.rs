@@ -194,6 +194,59 @@ fn lds_bank_conflicts_cost_two_and_four_times_the_conflict_free_pattern() {
     assert!((four / free - 4.0).abs() < 0.2, "4-way: {}", four / free);
 }
 
+/// 16 waves each run `iters` iterations of 8 `ds_read_b128`, plus (`dma`) one
+/// `buffer_load_dwordx4 ... lds` of 1 KB from the buffer at kernarg 0 into LDS.
+fn lds_reads_with_dma(iters: u32, dma: bool) -> String {
+    let mut s = String::from(
+        "\ts_load_dwordx2 s[8:9], s[0:1], 0x0\n\ts_mov_b32 s10, -1\n\ts_mov_b32 s11, 0x20000\n\tv_lshlrev_b32 v1, 4, v0\n\tv_and_b32 v1, 0x3ff, v1\n\ts_mov_b32 m0, 0x4000\n\ts_waitcnt lgkmcnt(0)\n",
+    );
+    s += &format!("\ts_mov_b32 s12, {iters}\n.Lloop:\n");
+    if dma {
+        s += "\tbuffer_load_dwordx4 v1, s[8:11], 0 offen lds\n";
+    }
+    for i in 0..8 {
+        s += &format!("\tds_read_b128 v[{}:{}], v1\n", 4 + 4 * i, 7 + 4 * i);
+    }
+    s += "\ts_sub_u32 s12, s12, 1\n\ts_cmp_lg_u32 s12, 0\n\ts_cbranch_scc1 .Lloop\n\ts_waitcnt vmcnt(0) lgkmcnt(0)\n";
+    s
+}
+
+#[test]
+fn lds_dma_loads_take_the_lds_port_for_the_bytes_they_write() {
+    let per_iteration = |dma: bool| {
+        let run = |iters: u32| {
+            let name = format!("ldsdma{}_{iters}", u8::from(dma));
+            let (mut m, prog) = kernel(&name, &lds_reads_with_dma(iters, dma), 32768);
+            let buf = m.alloc(1024).unwrap();
+            let mut karg = buf.to_le_bytes().to_vec();
+            karg.resize(16, 0);
+            predict(&mut m, &prog, [1, 1, 1], [1024, 1, 1], &karg)
+        };
+        let (a, b) = (run(8), run(24));
+        (b.cycles - a.cycles) as f64 / 16.0
+    };
+    let reads = per_iteration(false);
+    let with_dma = per_iteration(true);
+    // Per iteration and port (two SIMDs, 8 waves): 64 ds_read_b128 of 1 KB, and with the
+    // DMA 8 writes of 1 KB at the port's write bandwidth.
+    let p = Params::mi355x();
+    let read = 8.0 * 8.0 * 1024.0 / p.lds.port_bytes_per_cycle.get();
+    let write = 8.0 * 1024.0 / p.lds.write_bytes_per_cycle.get();
+    eprintln!(
+        "cycles per iteration: reads {reads:.0} (port model {read:.0}), with LDS-DMA {with_dma:.0} (model {:.0})",
+        read + write
+    );
+    assert!(
+        (reads - read).abs() < 0.1 * read,
+        "reads: {reads} vs {read}"
+    );
+    assert!(
+        (with_dma - (read + write)).abs() < 0.1 * (read + write),
+        "with DMA: {with_dma} vs {}",
+        read + write
+    );
+}
+
 /// One global load of the buffer at kernarg 0 (`loads` times, each waited for).
 fn load_wait(loads: u32) -> String {
     let mut s = String::from(

@@ -30,7 +30,9 @@ const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params
     --full-k       simulate every K step (no extrapolation of long K loops)\n  \
     --k-steps A,B  extrapolate long K loops from runs of A and B steps (default 4,28)\n  \
     --row LINE     run the model on one calibration row (table line) and print the whole prediction\n  \
-    --trace FILE   with --row: write a Perfetto trace of the first CU\n  \
+    --shape M,N,K  with --tile MxN: run the model on a shape of one's choosing (no measurement to compare)\n  \
+    --tile MxN     the AITER kernel of --shape, by its tile (e.g. 128x128)\n  \
+    --trace FILE   with --row or --shape: write a Perfetto trace of the first CU\n  \
     --max-cus N    simulate at most N CUs of XCD 0
   --census N     instructions per wave of the cross-XCD address census (0: none)
   --full-grid    simulate every workgroup on every CU (no sampled rounds; slow)";
@@ -58,6 +60,8 @@ struct Args {
     model: bool,
     detail: bool,
     row: Option<u64>,
+    shape: Option<(u32, u32, u32)>,
+    tile: Option<String>,
     trace: Option<PathBuf>,
     max_cus: Option<u32>,
     census: Option<u64>,
@@ -78,6 +82,8 @@ fn parse() -> Result<Option<Args>, String> {
         model: true,
         detail: false,
         row: None,
+        shape: None,
+        tile: None,
         trace: None,
         max_cus: None,
         census: None,
@@ -123,6 +129,19 @@ fn parse() -> Result<Option<Args>, String> {
                         .map_err(|e| format!("--row takes a table line: {e}"))?,
                 )
             }
+            "--shape" => {
+                let v = value("--shape")?;
+                let bad = || format!("--shape takes M,N,K, not {v:?}");
+                let dims: Vec<u32> = v
+                    .split(',')
+                    .map(|d| d.trim().parse().map_err(|_| bad()))
+                    .collect::<Result<_, _>>()?;
+                let [m, n, k] = dims[..] else {
+                    return Err(bad());
+                };
+                a.shape = Some((m, n, k));
+            }
+            "--tile" => a.tile = Some(value("--tile")?),
             "--trace" => a.trace = Some(value("--trace")?.into()),
             "--max-cus" => {
                 a.max_cus = Some(
@@ -195,6 +214,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
     if let Some(line) = args.row {
         return one_row(&rows, line, params, args);
+    }
+    if let Some(shape) = args.shape {
+        return one_shape(&corpus, shape, params, args);
     }
     if args.cpu_only {
         return cpu_only(&rows, params, args);
@@ -351,6 +373,42 @@ fn one_row(
         t.us(),
         p.us,
         100.0 * (p.us / t.us() - 1.0)
+    );
+    println!("{}", serde_json::to_string_pretty(&p)?);
+    if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
+        let f = std::fs::File::create(path)?;
+        tilegen_emu::timing::write_trace(tr, std::io::BufWriter::new(f))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--shape M,N,K --tile MxN`: the model on a shape no table row need hold.
+fn one_shape(
+    corpus: &Corpus,
+    (m, n, k): (u32, u32, u32),
+    params: Params,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let tile = args.tile.as_deref().ok_or("--shape needs --tile MxN")?;
+    let kernel = corpus
+        .bpreshuffle_kernels()
+        .find(|k| k.tile_label() == tile)
+        .ok_or_else(|| format!("no BpreShuffle kernel with tile {tile} in the corpus"))?;
+    let trace = args.trace.as_deref();
+    let options = tilegen_emu::timing::TimingOptions {
+        trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
+        max_cus: args.max_cus,
+        cross_xcd: census(args),
+        method: method(args),
+        ..Default::default()
+    };
+    let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));
+    let problem = tilegen_aiter::GemmProblem::new(m, n, k)?;
+    let (p, cpu) = model.run_problem(problem, kernel)?;
+    println!(
+        "{m}x{n}x{k} on {tile}: predicted {:.2} us, {cpu:.2} s CPU",
+        p.us
     );
     println!("{}", serde_json::to_string_pretty(&p)?);
     if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {

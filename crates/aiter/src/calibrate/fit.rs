@@ -64,7 +64,7 @@ pub struct FreeParam {
 /// The parameters the procedure fits besides the launch overhead (`clock.launch_overhead_us`),
 /// in the order the sweeps visit them: the clock first (it scales everything the matrix cores
 /// bound), then the memory system from the far end in, then the small latencies.
-pub const FREE: [FreeParam; 12] = [
+pub const FREE: [FreeParam; 13] = [
     FreeParam {
         name: "clock.mfma_sustained_ghz",
         min: 0.8,
@@ -106,6 +106,15 @@ pub const FREE: [FreeParam; 12] = [
         max: 40000.0,
         integer: false,
         entry: |p| &mut p.vmem.mall_gbs,
+    },
+    // The documented 128 B/clock of an L2 channel is a peak; the rate a channel sustains
+    // under a GEMM's mix of hits, fills and write-backs is not published. Never above it.
+    FreeParam {
+        name: "vmem.l2_channel_bytes_per_cycle",
+        min: 32.0,
+        max: 128.0,
+        integer: false,
+        entry: |p| &mut p.vmem.l2_channel_bytes_per_cycle,
     },
     FreeParam {
         name: "vmem.l2_hit_latency_cycles",

@@ -827,7 +827,17 @@ impl Cu {
                 } else {
                     (0, t + k.l1_latency)
                 };
-                let _ = active_bytes;
+                if info.lds_dma && active_bytes > 0 {
+                    // The returning data is written to LDS through the SIMD pair's port. The
+                    // port is a FIFO of reservations, so the write is charged when the load
+                    // issues rather than when its data returns (hundreds of cycles later):
+                    // the port's bandwidth is right, the exact cycle of the write is not.
+                    let busy = ((active_bytes as f64 / k.lds_write_bpc).ceil() as u64).max(1);
+                    let port = s / 2;
+                    let start = self.port_free[port].max(t);
+                    self.port_free[port] = start + busy;
+                    self.lds_busy += busy;
+                }
                 if kind == Access::Load {
                     ctx.mem.note_load(done.saturating_sub(t) as f64);
                 }

@@ -100,6 +100,9 @@ pub(crate) struct InstInfo {
     /// VMEM: a store or atomic (no data returned to registers unless `returns`).
     pub vmem_store: bool,
     pub vmem_atomic: bool,
+    /// VMEM: a load whose data goes to LDS instead of registers (`buffer_load ... lds`,
+    /// `global_load_lds_*`); it writes the LDS through a port like a `ds_write`.
+    pub lds_dma: bool,
     /// Coarse class (for traces and counts).
     pub class: InstClass,
     /// Instruction size in bytes (to tell a taken branch).
@@ -189,6 +192,7 @@ impl InstInfo {
             ds_write: false,
             vmem_store: false,
             vmem_atomic: false,
+            lds_dma: false,
             class,
             size: i.size,
             mnemonic: m,
@@ -279,6 +283,7 @@ impl InstInfo {
             })
         };
         let lds_dma = (i.encoding == Encoding::Mubuf && i.mem.lds) || m.contains("load_lds");
+        self.lds_dma = lds_dma;
         let mut writes = Vec::new();
         for (role, op) in i.operands() {
             let Some(r) = regs(op) else { continue };
@@ -364,6 +369,7 @@ pub(crate) mod tests_support {
             ds_write: false,
             vmem_store: false,
             vmem_atomic: false,
+            lds_dma: false,
             class: InstClass::Control,
             size: 4,
             mnemonic: "s_waitcnt",

@@ -7,7 +7,8 @@
 //! [`cu`](self) for the issue rules of a CU: 4 SIMDs served round robin, one instruction per
 //! wave and per category per slot, oldest first with `s_setprio`, pipe occupancy (VALU,
 //! matrix core passes from LLVM's gfx950 scheduling model, one LDS port per SIMD pair with
-//! the 64-bank conflict passes of `ds::lds_conflict_cycles`, the texture addresser),
+//! the 64-bank conflict passes of `ds::lds_conflict_cycles`, which LDS-DMA loads write
+//! through too, the texture addresser),
 //! per-register ready times with the MFMA hazard wait states, `s_waitcnt` against modelled
 //! completion times (vmcnt in order; lgkmcnt mixing LDS and SMEM), `s_barrier`, `s_sleep`,
 //! `s_nop`. Vector memory goes through a vL1D per CU, the L2 of the XCD, the MALL and HBM,
