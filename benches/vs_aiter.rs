@@ -320,7 +320,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
                 return Err(format!("smoke run: a side was not modeled: {l:?}").into());
             }
         }
-        std::fs::write(d.path().join("vs-aiter.md"), report.as_bytes())?;
+        Output::check(d.path().join("vs-aiter.md"))?.write(report.as_bytes())?;
         return Ok(());
     }
     std::fs::create_dir_all(&args.out)?;

@@ -254,7 +254,8 @@ fn main() {
         ));
     }
     if let Some(path) = json_out {
-        std::fs::write(&path, format!("[{}]\n", json.join(",\n")))
+        tilegen_output::Output::check(&path)
+            .and_then(|o| o.write(format!("[{}]\n", json.join(",\n")).as_bytes()))
             .expect("writing the JSON report");
     }
 }

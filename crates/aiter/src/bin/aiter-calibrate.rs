@@ -16,6 +16,7 @@ use tilegen_aiter::calibrate::{
 };
 use tilegen_aiter::{Corpus, default_dir};
 use tilegen_emu::timing::Params;
+use tilegen_output::Output;
 
 const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params FILE] [--set all|calibration] [--fit] [--no-model] [--detail]\n  \
     --out DIR      where calibration.csv and the plots go (default: <workspace>/target/calibrate)\n  \
@@ -229,15 +230,16 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         let fitted = fit::fit(&cal, &params, &mut |line| eprintln!("{line}"))?;
         let path = args.out.join("fitted-params.toml");
-        std::fs::write(&path, fitted.toml())
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        write_atomically(&path, fitted.toml().as_bytes())?;
         print!("{}", fitted.report());
         println!("wrote {}", path.display());
         if let Some(target) = &args.update {
             let text = std::fs::read_to_string(target)
                 .map_err(|e| format!("reading {}: {e}", target.display()))?;
-            std::fs::write(target, fit::update_params_toml(&text, &fitted.params))
-                .map_err(|e| format!("writing {}: {e}", target.display()))?;
+            write_atomically(
+                target,
+                fit::update_params_toml(&text, &fitted.params).as_bytes(),
+            )?;
             println!("updated {}", target.display());
         }
         return Ok(());
@@ -286,14 +288,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             print!("{}", detail(&runs, &rows));
         }
         let path = args.out.join("timing-model-runs.csv");
-        std::fs::write(&path, runs_csv(&runs, &rows))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        write_atomically(&path, runs_csv(&runs, &rows).as_bytes())?;
         written.push(path);
     }
     print!("{tables}");
     report.push_str(&tables);
     let path = args.out.join("report.txt");
-    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    write_atomically(&path, report.as_bytes())?;
     written.push(path);
     for path in written {
         println!("wrote {}", path.display());
@@ -376,8 +377,7 @@ fn one_row(
     );
     println!("{}", serde_json::to_string_pretty(&p)?);
     if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
-        let f = std::fs::File::create(path)?;
-        tilegen_emu::timing::write_trace(tr, std::io::BufWriter::new(f))?;
+        write_trace_atomically(path, tr)?;
         println!("wrote {}", path.display());
     }
     Ok(())
@@ -412,10 +412,30 @@ fn one_shape(
     );
     println!("{}", serde_json::to_string_pretty(&p)?);
     if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
-        let f = std::fs::File::create(path)?;
-        tilegen_emu::timing::write_trace(tr, std::io::BufWriter::new(f))?;
+        write_trace_atomically(path, tr)?;
         println!("wrote {}", path.display());
     }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file renamed over it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+    Output::check(path)?.write(bytes)?;
+    Ok(())
+}
+
+/// Writes `trace` as Perfetto JSON to `path` through a temporary file renamed over it.
+fn write_trace_atomically(
+    path: &Path,
+    trace: &tilegen_emu::timing::Trace,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let file = Output::check(path)?.create()?;
+    {
+        let mut w = std::io::BufWriter::new(file.file());
+        tilegen_emu::timing::write_trace(trace, &mut w)?;
+        std::io::Write::flush(&mut w)?;
+    }
+    file.commit()?;
     Ok(())
 }
 
