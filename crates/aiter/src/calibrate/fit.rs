@@ -524,7 +524,11 @@ mod tests {
             assert_eq!(f.get(&f.with(&p, v)), v);
             assert_eq!(f.get(&f.with(&p, f.max * 10.0)), f.max);
         }
-        let q = FREE[7].with(&p, 123.4);
+        let dispatch = FREE
+            .iter()
+            .find(|f| f.name == "clock.workgroup_dispatch_cycles")
+            .expect("the dispatch cycles are fitted");
+        let q = dispatch.with(&p, 123.4);
         assert_eq!(q.clock.workgroup_dispatch_cycles.value, 123.0);
     }
 
