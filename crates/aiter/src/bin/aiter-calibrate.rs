@@ -187,6 +187,12 @@ fn census(args: &Args) -> tilegen_emu::timing::CrossXcd {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of the output goes away (`| head`)
+    // instead of panicking on the write.
+    // SAFETY: resetting a signal disposition at startup, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = match parse() {
         Ok(Some(a)) => a,
         Ok(None) => return ExitCode::SUCCESS,
