@@ -46,7 +46,8 @@
 //!
 //! # What is approximate
 //! The parameters no document gives (the clock sustained under matrix load, launch overhead,
-//! workgroup dispatch, the loaded HBM and MALL latencies and bandwidths, the L2 latency, ...)
+//! workgroup dispatch, the loaded HBM and MALL latencies and bandwidths, the L2 latency and
+//! the rate an L2 channel sustains below its documented peak, ...)
 //! are fitted on the calibration rows of AMD's measured AITER table (`tilegen-aiter`'s
 //! `aiter-calibrate --fit`; their sources in `params.toml` say so, and say which ones those
 //! rows cannot identify). The clock is one number per kernel (the sustained MFMA clock for
