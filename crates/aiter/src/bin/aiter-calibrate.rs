@@ -165,6 +165,12 @@ fn parse() -> Result<Option<Args>, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if a.tile.is_some() && a.shape.is_none() {
+        return Err("--tile names the kernel of --shape M,N,K, which is missing".into());
+    }
+    if a.trace.is_some() && a.row.is_none() && a.shape.is_none() {
+        return Err("--trace traces the run of --row or --shape, and neither is given".into());
+    }
     Ok(Some(a))
 }
 
@@ -352,7 +358,6 @@ fn one_row(
     params: Params,
     args: &Args,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let trace = args.trace.as_deref();
     let row = rows
         .iter()
         .find(|r| r.row().line() == line)
@@ -360,14 +365,7 @@ fn one_row(
     if row.set() != Set::Calibration {
         return Err(format!("table line {line} is held out").into());
     }
-    let options = tilegen_emu::timing::TimingOptions {
-        trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
-        max_cus: args.max_cus,
-        cross_xcd: census(args),
-        method: method(args),
-        ..Default::default()
-    };
-    let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));
+    let model = single_run_model(params, args);
     let (p, cpu) = model.run(row.row(), row.kernel())?;
     let t = row.row();
     println!(
@@ -381,12 +379,7 @@ fn one_row(
         p.us,
         100.0 * (p.us / t.us() - 1.0)
     );
-    println!("{}", serde_json::to_string_pretty(&p)?);
-    if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
-        write_trace_atomically(path, tr)?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    print_prediction(&p, args)
 }
 
 /// `--shape M,N,K --tile MxN`: the model on a shape no table row need hold.
@@ -401,23 +394,38 @@ fn one_shape(
         .bpreshuffle_kernels()
         .find(|k| k.tile_label() == tile)
         .ok_or_else(|| format!("no BpreShuffle kernel with tile {tile} in the corpus"))?;
-    let trace = args.trace.as_deref();
-    let options = tilegen_emu::timing::TimingOptions {
-        trace: trace.map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
-        max_cus: args.max_cus,
-        cross_xcd: census(args),
-        method: method(args),
-        ..Default::default()
-    };
-    let model = TimingModel::with_options(params, options).extrapolating(extrapolation(args));
+    let model = single_run_model(params, args);
     let problem = tilegen_aiter::GemmProblem::new(m, n, k)?;
     let (p, cpu) = model.run_problem(problem, kernel)?;
     println!(
         "{m}x{n}x{k} on {tile}: predicted {:.2} us, {cpu:.2} s CPU",
         p.us
     );
-    println!("{}", serde_json::to_string_pretty(&p)?);
-    if let (Some(path), Some(tr)) = (trace, p.trace.as_ref()) {
+    print_prediction(&p, args)
+}
+
+/// The model of `--row` and `--shape`: one launch, traced with `--trace`.
+fn single_run_model(params: Params, args: &Args) -> TimingModel {
+    let options = tilegen_emu::timing::TimingOptions {
+        trace: args
+            .trace
+            .as_ref()
+            .map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
+        max_cus: args.max_cus,
+        cross_xcd: census(args),
+        method: method(args),
+        ..Default::default()
+    };
+    TimingModel::with_options(params, options).extrapolating(extrapolation(args))
+}
+
+/// Prints a whole prediction as JSON and writes its trace to `--trace`.
+fn print_prediction(
+    p: &tilegen_emu::timing::Prediction,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("{}", serde_json::to_string_pretty(p)?);
+    if let (Some(path), Some(tr)) = (args.trace.as_deref(), p.trace.as_ref()) {
         write_trace_atomically(path, tr)?;
         println!("wrote {}", path.display());
     }
