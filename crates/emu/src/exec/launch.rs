@@ -344,6 +344,32 @@ pub(crate) fn workgroup_id(grid: [u32; 3], index: u64) -> [u32; 3] {
     ]
 }
 
+/// One workgroup of a launch, as the functional launch, the timing model's CUs and its
+/// census run it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Workgroup {
+    /// Launch index (x fastest).
+    pub index: u64,
+    /// Workgroup id in x, y, z.
+    pub id: [u32; 3],
+    /// Waves.
+    pub waves: u32,
+    /// LDS bytes (static and dynamic).
+    pub lds_bytes: u32,
+}
+
+impl Workgroup {
+    /// Workgroup `index` of the launch `d` describes.
+    pub(crate) fn new(d: &DispatchState, index: u64, waves: u32, lds_bytes: u32) -> Workgroup {
+        Workgroup {
+            index,
+            id: workgroup_id(d.grid, index),
+            waves,
+            lds_bytes,
+        }
+    }
+}
+
 /// Resets `waves` and sets their launch state for workgroup `wg`; on failure, the index of
 /// the wave and the fault.
 pub(crate) fn init_workgroup_waves(
@@ -432,22 +458,12 @@ fn run_grid(
     let budget =
         Budget::new(config.limits.wave_instruction_budget).with_cancel(control.cancel_flag());
     control.start(total);
-    let wg_of = |index: u64| workgroup_id(d.grid, index);
     let run = |index: u64, cache: &mut ThreadCache| -> Ended {
         if budget.stop(index).is_some() {
             return Ended::Skipped;
         }
-        let r = run_workgroup(
-            prog,
-            mem,
-            d,
-            &budget,
-            index,
-            wg_of(index),
-            waves_per_wg,
-            lds_bytes,
-            cache,
-        );
+        let wg = Workgroup::new(d, index, waves_per_wg, lds_bytes);
+        let r = run_workgroup(prog, mem, d, &budget, wg, cache);
         match r {
             Ok(s) => {
                 control.workgroup_done();
@@ -493,7 +509,7 @@ fn run_grid(
         // Cancelled: report where a running workgroup noticed, else the first one skipped.
         let f = outcome.cancelled.map(|(_, f)| f).unwrap_or_else(|| Fault {
             kernel: prog.name().to_string(),
-            workgroup: wg_of(control.progress().0.min(total - 1)),
+            workgroup: workgroup_id(d.grid, control.progress().0.min(total - 1)),
             wave: 0,
             pc: prog.entry(),
             inst: String::new(),
@@ -507,16 +523,12 @@ fn run_grid(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_workgroup(
     prog: &Program,
     mem: &DeviceMemory,
     d: &DispatchState,
     budget: &Budget,
-    index: u64,
-    wg: [u32; 3],
-    n_waves: u32,
-    lds_bytes: u32,
+    wg: Workgroup,
     cache: &mut ThreadCache,
 ) -> Result<Stats, Fault> {
     // Reuse the register files and counters of earlier workgroups on this thread.
@@ -526,7 +538,7 @@ fn run_workgroup(
     counts.resize(prog.instruction_count(), 0);
     let mut stats = Stats {
         workgroups: 1,
-        waves: n_waves as u64,
+        waves: wg.waves as u64,
         ..Stats::default()
     };
     let mut env = Env {
@@ -536,72 +548,63 @@ fn run_workgroup(
         counts,
         probe: None,
     };
-    run_workgroup_with(
-        prog,
-        d,
-        budget,
-        index,
-        wg,
-        n_waves,
-        lds_bytes,
-        waves,
-        |w, lds| interp::step(&mut env, w, lds),
-    )?;
+    run_workgroup_with(prog, d, budget, wg, waves, |w, lds| {
+        interp::step(&mut env, w, lds)
+    })?;
     interp::fold_counts(prog, counts, &mut stats);
     Ok(stats)
 }
 
-/// Sets up workgroup `wg` (launch index `index`): `n_waves` waves in `waves` (whose register
-/// files earlier workgroups leave for reuse) and a zeroed LDS of `lds_bytes`, then runs it
-/// through the wave scheduler, `step` executing each instruction. A fault names the wave and
-/// the instruction it stopped at.
-#[allow(clippy::too_many_arguments)]
+/// Sets up workgroup `wg`: its waves in `waves` (whose register files earlier workgroups
+/// leave for reuse) and a zeroed LDS, then runs it through the wave scheduler, `step`
+/// executing each instruction. A fault names the wave and the instruction it stopped at.
 pub(crate) fn run_workgroup_with<F>(
     prog: &Program,
     d: &DispatchState,
     budget: &Budget,
-    index: u64,
-    wg: [u32; 3],
-    n_waves: u32,
-    lds_bytes: u32,
+    wg: Workgroup,
     waves: &mut Vec<Wave>,
     step: F,
 ) -> Result<(), Fault>
 where
     F: FnMut(&mut Wave, &mut Lds) -> Result<sched::Step, FaultKind>,
 {
-    let mut lds = prepare_workgroup(prog, d, wg, n_waves as usize, lds_bytes, waves)?;
-    let waves = &mut waves[..n_waves as usize];
-    sched::run_workgroup(waves, &mut lds, budget, index, step).map_err(|(k, kind)| {
+    let mut lds = prepare_workgroup(prog, d, &wg, waves)?;
+    let waves = &mut waves[..wg.waves as usize];
+    sched::run_workgroup(waves, &mut lds, budget, wg.index, step).map_err(|(k, kind)| {
         let pc = waves_pc(waves, k);
-        wave_fault(prog, wg, k as u32, pc, kind)
+        wave_fault(prog, wg.id, k as u32, pc, kind)
     })
 }
 
-/// Makes the first `n_waves` of `waves` (adding register files as needed, reusing those
-/// earlier workgroups left) the launch state of workgroup `wg`, and returns its zeroed LDS
-/// of `lds_bytes`.
+/// Makes the first `wg.waves` of `waves` (adding register files as needed, reusing those
+/// earlier workgroups left) the launch state of workgroup `wg`, and returns its zeroed LDS.
 pub(crate) fn prepare_workgroup(
     prog: &Program,
     d: &DispatchState,
-    wg: [u32; 3],
-    n_waves: usize,
-    lds_bytes: u32,
+    wg: &Workgroup,
     waves: &mut Vec<Wave>,
 ) -> Result<Lds, Fault> {
-    let fault = |wave: u32, kind: FaultKind| wave_fault(prog, wg, wave, prog.entry(), kind);
+    let n = wg.waves as usize;
+    let fault = |wave: u32, kind: FaultKind| wave_fault(prog, wg.id, wave, prog.entry(), kind);
     let private = prog.setup().descriptor.private_segment_fixed_size;
-    while waves.len() < n_waves {
+    while waves.len() < n {
         let w = Wave::try_new(waves.len() as u32, private)
             .map_err(|e| fault(waves.len() as u32, e.into()))?;
         waves.push(w);
     }
-    init_workgroup_waves(prog, d, wg, &mut waves[..n_waves]).map_err(|(k, e)| fault(k, e))?;
-    Lds::new(lds_bytes).ok_or_else(|| fault(0, FaultKind::Launch("LDS too large".into())))
+    init_workgroup_waves(prog, d, wg.id, &mut waves[..n]).map_err(|(k, e)| fault(k, e))?;
+    Lds::new(wg.lds_bytes).ok_or_else(|| fault(0, FaultKind::Launch("LDS too large".into())))
 }
 
 /// The fault of wave `wave` of workgroup `wg` at `pc`.
-fn wave_fault(prog: &Program, wg: [u32; 3], wave: u32, pc: u64, kind: FaultKind) -> Fault {
+pub(crate) fn wave_fault(
+    prog: &Program,
+    wg: [u32; 3],
+    wave: u32,
+    pc: u64,
+    kind: FaultKind,
+) -> Fault {
     Fault {
         kernel: prog.name().to_string(),
         workgroup: wg,

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 
 use crate::exec::interp::{self, Env, Probe};
-use crate::exec::launch::{run_workgroup_with, workgroup_id};
+use crate::exec::launch::{Workgroup, run_workgroup_with};
 use crate::exec::memory::DeviceMemory;
 use crate::exec::program::Program;
 use crate::exec::sched::{Budget, Step};
@@ -111,44 +111,34 @@ pub(crate) fn census(
     let mut own: Vec<(u32, u64)> = Vec::new();
     for (x, list) in by_xcd.iter().enumerate() {
         for &index in list {
-            let run = run_workgroup_with(
-                prog,
-                d,
-                &unlimited,
-                index,
-                workgroup_id(d.grid, index),
-                waves_per_workgroup as u32,
-                lds_bytes,
-                &mut waves,
-                |w, lds| {
-                    let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
-                    let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
-                    if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false))
-                    {
-                        // Enough of this wave (at the head of a loop that loads, with loads
-                        // seen, the loop repeats what they showed): it leaves the workgroup
-                        // as if it had ended, so barriers still release.
-                        return Ok(Step::End);
+            let wg = Workgroup::new(d, index, waves_per_workgroup as u32, lds_bytes);
+            let run = run_workgroup_with(prog, d, &unlimited, wg, &mut waves, |w, lds| {
+                let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
+                let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
+                if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false)) {
+                    // Enough of this wave (at the head of a loop that loads, with loads
+                    // seen, the loop repeats what they showed): it leaves the workgroup
+                    // as if it had ended, so barriers still release.
+                    return Ok(Step::End);
+                }
+                probe.vmem.valid = false;
+                let mut env = Env {
+                    prog,
+                    mem: device,
+                    stats: &mut stats,
+                    counts: &mut counts,
+                    probe: Some(&mut probe),
+                };
+                let step = interp::step(&mut env, w, lds)?;
+                if is_load(slot) && probe.vmem.valid {
+                    *loaded = true;
+                    let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                    if x == 0 {
+                        own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
                     }
-                    probe.vmem.valid = false;
-                    let mut env = Env {
-                        prog,
-                        mem: device,
-                        stats: &mut stats,
-                        counts: &mut counts,
-                        probe: Some(&mut probe),
-                    };
-                    let step = interp::step(&mut env, w, lds)?;
-                    if is_load(slot) && probe.vmem.valid {
-                        *loaded = true;
-                        let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
-                        if x == 0 {
-                            own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
-                        }
-                    }
-                    Ok(step)
-                },
-            );
+                }
+                Ok(step)
+            });
             loaded.fill(false);
             run?;
         }

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::exec::fault::{Fault, FaultKind};
 use crate::exec::interp::{self, Env, Probe};
+use crate::exec::launch::{Workgroup, prepare_workgroup, wave_fault};
 use crate::exec::memory::{DeviceMemory, Lds};
 use crate::exec::program::Program;
 use crate::exec::sched::Step;
@@ -407,6 +408,24 @@ pub(crate) struct Cu {
 
 type Cand = (u8, u64, usize, usize);
 
+/// Reserves the LDS port of SIMD `simd`'s pair (`port_free`, per pair) for `busy` cycles
+/// from `t`, or from when the requests queued before are served; counts them in `lds_busy`
+/// and returns when the reservation starts. (A function of the fields, not a method: the
+/// caller holds a workgroup of the CU borrowed.)
+fn reserve_lds_port(
+    port_free: &mut [u64],
+    lds_busy: &mut u64,
+    simd: usize,
+    t: u64,
+    busy: u64,
+) -> u64 {
+    let port = simd / 2;
+    let start = port_free[port].max(t);
+    port_free[port] = start + busy;
+    *lds_busy += busy;
+    start
+}
+
 impl Cu {
     pub(crate) fn new(sim_index: usize, xcd: usize, capacity: usize, k: &Knobs) -> Cu {
         Cu {
@@ -443,37 +462,23 @@ impl Cu {
         self.wgs.iter().all(|w| w.is_none())
     }
 
-    /// Places workgroup `index` (`n_waves` waves, `lds_bytes` of LDS) whose first
-    /// instruction may issue at `start`.
-    #[allow(clippy::too_many_arguments)]
+    /// Places workgroup `wg` whose first instruction may issue at `start`.
     pub(crate) fn dispatch(
         &mut self,
-        index: u64,
-        id: [u32; 3],
-        n_waves: usize,
-        lds_bytes: u32,
+        wg: Workgroup,
         start: u64,
         age: &mut u64,
         prog: &Program,
         d: &crate::exec::setup::DispatchState,
         k: &Knobs,
     ) -> Result<(), TimingError> {
-        let fault = |wave: u32, kind: FaultKind| Fault {
-            kernel: prog.name().to_string(),
-            workgroup: id,
-            wave,
-            pc: prog.entry(),
-            inst: String::new(),
-            kind: Box::new(kind),
-        };
-        let slot = self
-            .wgs
-            .iter()
-            .position(|w| w.is_none())
-            .ok_or_else(|| fault(0, FaultKind::Launch("no free workgroup slot".into())))?;
+        let slot = self.wgs.iter().position(|w| w.is_none()).ok_or_else(|| {
+            let kind = FaultKind::Launch("no free workgroup slot".into());
+            wave_fault(prog, wg.id, 0, prog.entry(), kind)
+        })?;
+        let n_waves = wg.waves as usize;
         let mut waves = self.pool.pop().unwrap_or_default();
-        let lds =
-            crate::exec::launch::prepare_workgroup(prog, d, id, n_waves, lds_bytes, &mut waves)?;
+        let lds = prepare_workgroup(prog, d, &wg, &mut waves)?;
         waves.truncate(n_waves);
         let mut timing = Vec::with_capacity(n_waves);
         for w in 0..n_waves {
@@ -484,13 +489,13 @@ impl Cu {
         self.rr_simd = (self.rr_simd + n_waves) % k.simds;
         if let Some(t) = self.trace.as_mut() {
             for (w, wt) in timing.iter_mut().enumerate() {
-                wt.trace_id = t.new_wave(index, w as u32, wt.simd);
+                wt.trace_id = t.new_wave(wg.index, w as u32, wt.simd);
             }
         }
         self.dirty = true;
         self.wgs[slot] = Some(Wg {
-            index,
-            id,
+            index: wg.index,
+            id: wg.id,
             waves,
             timing,
             lds,
@@ -787,10 +792,7 @@ impl Cu {
                     k.lds_read_bpc
                 };
                 let busy = ((passes * k.lds_pass_bytes) as f64 / bpc).ceil().max(1.0) as u64;
-                let port = s / 2;
-                let start = self.port_free[port].max(t);
-                self.port_free[port] = start + busy;
-                self.lds_busy += busy;
+                let start = reserve_lds_port(&mut self.port_free, &mut self.lds_busy, s, t, busy);
                 let done = (start + busy + k.lds_latency).max(wt.last_lds);
                 wt.last_lds = done;
                 wt.lgkm.push(done);
@@ -833,10 +835,7 @@ impl Cu {
                     // issues rather than when its data returns (hundreds of cycles later):
                     // the port's bandwidth is right, the exact cycle of the write is not.
                     let busy = ((active_bytes as f64 / k.lds_write_bpc).ceil() as u64).max(1);
-                    let port = s / 2;
-                    let start = self.port_free[port].max(t);
-                    self.port_free[port] = start + busy;
-                    self.lds_busy += busy;
+                    reserve_lds_port(&mut self.port_free, &mut self.lds_busy, s, t, busy);
                 }
                 if kind == Access::Load {
                     ctx.mem.note_load(done.saturating_sub(t) as f64);

@@ -6,7 +6,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use serde::Serialize;
 
-use crate::exec::launch::workgroup_id;
+use crate::exec::launch::Workgroup;
 use crate::exec::program::Program;
 use crate::exec::setup::DispatchState;
 use crate::isa::Opcode;
@@ -217,17 +217,8 @@ pub(crate) fn simulate(
         Dispatch::Fixed(lists) => {
             for (c, list) in lists.iter().enumerate().take(n_cus) {
                 for &i in list {
-                    cus[c].dispatch(
-                        i,
-                        workgroup_id(d.grid, i),
-                        waves,
-                        lds_bytes,
-                        start,
-                        &mut age,
-                        prog,
-                        d,
-                        &k,
-                    )?;
+                    let wg = Workgroup::new(d, i, waves as u32, lds_bytes);
+                    cus[c].dispatch(wg, start, &mut age, prog, d, &k)?;
                 }
                 if !cus[c].is_empty() {
                     schedule(&mut cus[c], start, &mut heap, c);
@@ -367,17 +358,8 @@ fn fill(
         let c = first + off;
         rr[x] = (off + 1) % n;
         let Some(i) = queue.pop_front() else { break };
-        cus[c].dispatch(
-            i,
-            workgroup_id(d.grid, i),
-            waves,
-            lds_bytes,
-            t,
-            age,
-            prog,
-            d,
-            k,
-        )?;
+        let wg = Workgroup::new(d, i, waves as u32, lds_bytes);
+        cus[c].dispatch(wg, t, age, prog, d, k)?;
         if cus[c].scheduled.is_none_or(|s| t < s) {
             cus[c].scheduled = Some(t);
             heap.push(Reverse((t, c)));

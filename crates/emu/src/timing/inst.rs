@@ -266,6 +266,8 @@ impl InstInfo {
                 info.category = Some(CAT_VMEM);
                 info.vmem_store = class == InstClass::VmemStore;
                 info.vmem_atomic = class == InstClass::VmemAtomic;
+                info.lds_dma = class == InstClass::VmemLoad
+                    && ((i.encoding == Encoding::Mubuf && i.mem.lds) || m.contains("load_lds"));
             }
         }
         info.collect_registers(i);
@@ -282,8 +284,7 @@ impl InstInfo {
                 kind,
             })
         };
-        let lds_dma = (i.encoding == Encoding::Mubuf && i.mem.lds) || m.contains("load_lds");
-        self.lds_dma = lds_dma;
+        let lds_dma = self.lds_dma;
         let mut writes = Vec::new();
         for (role, op) in i.operands() {
             let Some(r) = regs(op) else { continue };
