@@ -4,9 +4,16 @@
 //! A pack is a directory: `manifest.json` (format version, tilegen and LLVM versions, the
 //! target, and for every kernel its spec, cache key, code object file and SHA-256, the shapes
 //! it serves and the tuning result it came from) and `kernels/<cache key>.hsaco`. It is built
-//! in a temporary directory beside the target and renamed into place, so an interrupted build
-//! never leaves half a pack. [`verify`] checks format, versions, checksums and that every code
-//! object holds the kernel its spec names; [`Pack::open`] verifies before anything is used.
+//! in a new directory beside the target and swapped into place, so an interrupted build never
+//! leaves half a pack; a pack is replaced only when it holds nothing but what its manifest
+//! lists, so a file someone put there is never deleted. [`verify`] checks format, versions,
+//! checksums and that every code object holds the kernel its spec names, reading the pack's
+//! files only as regular files inside it and of bounded size; [`Pack::open`] verifies before
+//! anything is used. Compiled kernels are reused from a compile cache whose entries are
+//! checked by content hash (see `cache.rs`).
+
+mod cache;
+mod files;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -31,6 +38,11 @@ pub const PACK_FORMAT: u32 = 1;
 pub const MANIFEST: &str = "manifest.json";
 /// The target every pack is built for.
 pub const TARGET: &str = "gfx950";
+/// The largest manifest read: thousands of kernels fit many times over, and a reader never
+/// takes more memory than this from a file it is handed.
+pub const MANIFEST_MAX_BYTES: u64 = 8 << 20;
+/// The largest code object read from a pack or the compile cache (ours are tens of KiB).
+pub const CODE_OBJECT_MAX_BYTES: u64 = 64 << 20;
 
 /// Why a pack could not be built, verified, opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +108,43 @@ pub enum PackError {
     /// The output directory holds something that is not a pack.
     #[error("{} exists and is not a kernel pack (no {MANIFEST}); refusing to replace it", .0.display())]
     NotAPack(PathBuf),
+    /// The pack directory to be replaced holds a file its pack did not write.
+    #[error(
+        "{} holds {file}, which its pack did not write; rebuilding replaces the whole directory, so move it out first (nothing was changed)",
+        dir.display()
+    )]
+    Foreign {
+        /// The pack directory.
+        dir: PathBuf,
+        /// The file, relative to it.
+        file: String,
+    },
+    /// A pack or cache path is not the kind of file it must be: a symlink, FIFO, device or
+    /// directory where a regular file belongs, say.
+    #[error(
+        "{} is a {found}, not a {expected}: pack files are read only as regular files and directories inside the pack, never through a symlink",
+        path.display()
+    )]
+    FileType {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        found: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// A file is larger than what is read of its kind.
+    #[error("{} has {size} bytes, more than {limit}, the limit for {what}", path.display())]
+    TooBig {
+        /// The file.
+        path: PathBuf,
+        /// Its size (at least the limit + 1).
+        size: u64,
+        /// The limit.
+        limit: u64,
+        /// What kind of file it is.
+        what: &'static str,
+    },
     /// The pack serves no kernel for this N and K.
     #[error("the pack serves no kernel for N = {n}, K = {k} (it serves N x K: {served})")]
     NotServed {
@@ -116,6 +165,7 @@ pub enum PackError {
 
 /// The tuning result a kernel was chosen by.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TunedFrom {
     /// History id of the database row.
     pub uid: String,
@@ -133,6 +183,7 @@ pub struct TunedFrom {
 
 /// One shape a kernel serves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Served {
     /// M bucket.
     pub m: u32,
@@ -148,10 +199,12 @@ pub struct Served {
 
 /// One kernel of a pack.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ManifestKernel {
     /// Kernel symbol.
     pub name: String,
-    /// The spec.
+    /// The spec (read strictly: a field this build does not know is refused).
+    #[serde(deserialize_with = "strict_spec")]
     pub spec: SpecValues,
     /// The spec's cache key.
     pub cache_key: String,
@@ -165,8 +218,10 @@ pub struct ManifestKernel {
     pub shapes: Vec<Served>,
 }
 
-/// `manifest.json`.
+/// `manifest.json`. Read strictly: a field this build does not know is refused, since a
+/// manifest that says more than the build understands may mean something it would ignore.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Manifest {
     /// [`PACK_FORMAT`].
     pub format: u32,
@@ -182,6 +237,84 @@ pub struct Manifest {
     pub created: f64,
     /// The kernels.
     pub kernels: Vec<ManifestKernel>,
+}
+
+/// The names of the fields a type's derived `Deserialize` accepts, as the derive declares them.
+/// `SpecValues` is shared with the tuning database, which reads older rows leniently; the
+/// manifest alone reads it strictly, through this list.
+fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom(
+                "only a struct's fields are probed",
+            ))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("probed"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// A manifest's spec: every key a field of [`SpecValues`], none twice.
+fn strict_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SpecValues, D::Error> {
+    use serde::de::Error;
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = serde_json::Map<String, serde_json::Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a kernel spec (an object)")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
+            let fields = struct_fields::<SpecValues>();
+            let mut map = serde_json::Map::new();
+            while let Some(key) = a.next_key::<String>()? {
+                if !fields.contains(&key.as_str()) {
+                    return Err(A::Error::unknown_field(&key, fields));
+                }
+                if map.contains_key(&key) {
+                    return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+                }
+                let value: serde_json::Value = a.next_value()?;
+                map.insert(key, value);
+            }
+            Ok(map)
+        }
+    }
+    let map = d.deserialize_map(Keys)?;
+    SpecValues::deserialize(serde_json::Value::Object(map)).map_err(D::Error::custom)
+}
+
+/// A compile-cache entry that was not used: its kernel was compiled again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CacheDiscard {
+    /// The entry.
+    pub path: PathBuf,
+    /// Why it was not used.
+    pub reason: String,
+    /// Removed from the cache (only a regular file is; anything else is left alone).
+    pub removed: bool,
 }
 
 /// Settings of [`build`].
@@ -212,6 +345,13 @@ pub struct BuildReport {
     pub cache_hits: u64,
     /// Code objects compiled.
     pub compiled: u64,
+    /// Compile-cache entries discarded as damaged, tampered with or not regular files.
+    pub cache_discarded: u64,
+    /// Those entries and why.
+    pub discarded: Vec<CacheDiscard>,
+    /// The pack this one replaced, left at this path because a file it did not list appeared
+    /// in it during the build (normally `None`: the old pack is removed).
+    pub old_pack_kept: Option<PathBuf>,
     /// Wall time, s.
     pub seconds: f64,
 }
@@ -271,26 +411,17 @@ pub fn choose(template: &Template, db: &Db) -> Result<HashMap<Shape, Row>, DbErr
     Ok(best)
 }
 
-fn cache_file(dir: &Path, cache_key: &str) -> PathBuf {
-    dir.join(format!(
-        "{cache_key}-tilegen{}-llvm{}.hsaco",
-        tilegen_version(),
-        llvm_version()
-    ))
-}
-
-/// A code object from the cache, when it is there and holds the kernel.
-fn cached(dir: &Path, spec: &KernelSpec) -> Option<CompiledKernel> {
-    let bytes = std::fs::read(cache_file(dir, &spec.cache_key())).ok()?;
-    CompiledKernel::from_code_object(spec.clone(), bytes).ok()
-}
-
 /// Compiles (or takes from the cache) every spec, `jobs` at a time.
 fn compile_all(
     specs: &[KernelSpec],
     opts: &BuildOptions,
     report: &Mutex<BuildReport>,
 ) -> Result<Vec<CompiledKernel>, PackError> {
+    let cache = opts
+        .cache_dir
+        .as_deref()
+        .map(cache::Cache::load)
+        .transpose()?;
     let next = Mutex::new(0usize);
     let out: Mutex<Vec<Option<Result<CompiledKernel, PackError>>>> =
         Mutex::new((0..specs.len()).map(|_| None).collect());
@@ -308,7 +439,10 @@ fn compile_all(
                         i
                     };
                     let Some(spec) = specs.get(i) else { return };
-                    let from_cache = opts.cache_dir.as_deref().and_then(|d| cached(d, spec));
+                    let (from_cache, discarded) = match &cache {
+                        Some(c) => c.lookup(spec),
+                        None => (None, Vec::new()),
+                    };
                     let hit = from_cache.is_some();
                     let r = match from_cache {
                         Some(k) => Ok(k),
@@ -318,14 +452,14 @@ fn compile_all(
                         }),
                     };
                     let r = r.and_then(|k| {
-                        if !hit && let Some(d) = &opts.cache_dir {
-                            std::fs::create_dir_all(d)
-                                .map_err(io("creating the compile cache", d))?;
-                            Output::check(cache_file(d, k.cache_key()))?.write(k.code_object())?;
+                        if !hit && let Some(c) = &cache {
+                            c.store(&k)?;
                         }
                         Ok(k)
                     });
                     if let Ok(mut rep) = report.lock() {
+                        rep.cache_discarded += discarded.len() as u64;
+                        rep.discarded.extend(discarded);
                         if hit {
                             rep.cache_hits += 1;
                         } else {
@@ -359,7 +493,257 @@ impl Drop for TempDir {
     }
 }
 
-/// Builds the pack of `template` from `db` into `out`.
+/// Symlinks followed before an output path is declared a loop (Linux's own limit).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// The directory a pack named `out` is written to: `out` itself, or the end of its symlink
+/// chain (the link stays a link; the directory it names is replaced, or created).
+fn resolve_output(out: &Path) -> Result<PathBuf, PackError> {
+    let mut current = out.to_path_buf();
+    for _ in 0..MAX_SYMLINK_HOPS {
+        match std::fs::symlink_metadata(&current) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let link =
+                    std::fs::read_link(&current).map_err(io("reading the symlink", &current))?;
+                current = if link.is_absolute() {
+                    link
+                } else {
+                    parent_dir(&current).join(link)
+                };
+            }
+            _ => return Ok(current),
+        }
+    }
+    Err(io("resolving", out)(std::io::Error::other(format!(
+        "more than {MAX_SYMLINK_HOPS} symlinks (a loop?)"
+    ))))
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// What a pack directory about to be replaced holds: nothing, or a pack and only its files.
+struct OldPack {
+    /// The names in `kernels/` its manifest lists and that are there.
+    kernels: Vec<String>,
+    /// It has a `kernels/` directory.
+    has_kernels: bool,
+    /// It has a manifest.
+    has_manifest: bool,
+}
+
+/// Checks that `target` may be replaced by a new pack: absent (`None`), an empty directory, or
+/// a pack holding nothing its manifest does not list. Anything else is refused, naming the
+/// first file that is not the pack's: a rebuild never deletes what the pack did not write.
+/// (Carrying such files into the new pack was the alternative; refusing is chosen because
+/// the directory is the pack's, [`verify`] refuses unlisted code objects, and a user's file
+/// belongs where the user can see it was kept, not silently inside a build product.)
+fn replaceable(target: &Path) -> Result<Option<OldPack>, PackError> {
+    match std::fs::symlink_metadata(target) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("inspecting", target)(e)),
+        Ok(m) if !m.is_dir() => return Err(PackError::NotAPack(target.to_path_buf())),
+        Ok(_) => {}
+    }
+    let file_error = |path: PathBuf, e: files::FileError| match e {
+        files::FileError::Io(source) => PackError::Io {
+            action: "reading",
+            path,
+            source,
+        },
+        files::FileError::Kind(found) => PackError::FileType {
+            path,
+            found,
+            expected: "regular file",
+        },
+        files::FileError::TooBig(size) => PackError::TooBig {
+            path,
+            size,
+            limit: MANIFEST_MAX_BYTES,
+            what: "a manifest",
+        },
+    };
+    let dir = files::Dir::open(target).map_err(|e| file_error(target.to_path_buf(), e))?;
+    let names = dir
+        .names()
+        .map_err(|e| file_error(target.to_path_buf(), e))?;
+    let mut old = OldPack {
+        kernels: Vec::new(),
+        has_kernels: false,
+        has_manifest: false,
+    };
+    if names.is_empty() {
+        return Ok(Some(old));
+    }
+    let foreign = |file: String| PackError::Foreign {
+        dir: target.to_path_buf(),
+        file,
+    };
+    if dir
+        .kind(MANIFEST)
+        .map_err(|e| file_error(target.join(MANIFEST), e))?
+        .is_none()
+    {
+        return Err(PackError::NotAPack(target.to_path_buf()));
+    }
+    let text = dir
+        .read(MANIFEST, MANIFEST_MAX_BYTES)
+        .map_err(|e| file_error(target.join(MANIFEST), e))?;
+    old.has_manifest = true;
+    // Read leniently: a pack of another format or version is still replaced, by what it lists.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|source| PackError::Manifest {
+            path: target.join(MANIFEST),
+            source,
+        })?;
+    let listed: BTreeSet<&str> = manifest
+        .get("kernels")
+        .and_then(|k| k.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k.get("file")?.as_str()?.strip_prefix("kernels/"))
+        .collect();
+    for name in &names {
+        let shown = name.to_string_lossy();
+        match name.to_str() {
+            Some(MANIFEST) => {}
+            Some("kernels") => {
+                let sub = match dir.subdir("kernels") {
+                    Ok(s) => s,
+                    Err(files::FileError::Kind(k)) => {
+                        return Err(foreign(format!("kernels (a {k})")));
+                    }
+                    Err(e) => return Err(file_error(target.join("kernels"), e)),
+                };
+                old.has_kernels = true;
+                for k in sub
+                    .names()
+                    .map_err(|e| file_error(sub.path().to_path_buf(), e))?
+                {
+                    let shown = format!("kernels/{}", k.to_string_lossy());
+                    let Some(k) = k.to_str().filter(|k| listed.contains(k)) else {
+                        return Err(foreign(shown));
+                    };
+                    match sub.kind(k) {
+                        Ok(Some(rustix::fs::FileType::RegularFile)) => {
+                            old.kernels.push(k.to_string())
+                        }
+                        Ok(Some(t)) => {
+                            return Err(foreign(format!("{shown} (a {})", files::kind_name(t))));
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(file_error(target.join(&shown), e)),
+                    }
+                }
+            }
+            _ => return Err(foreign(shown.into_owned())),
+        }
+    }
+    Ok(Some(old))
+}
+
+/// Removes from `dir` (a replaced pack) exactly what `old` found its pack wrote, then `dir`
+/// itself; `false` when something else is there (it then stays, whole).
+fn remove_old(dir: &Path, old: &OldPack) -> bool {
+    let Ok(d) = files::Dir::open(dir) else {
+        return false;
+    };
+    if old.has_kernels {
+        let Ok(sub) = d.subdir("kernels") else {
+            return false;
+        };
+        for k in &old.kernels {
+            if matches!(sub.kind(k), Ok(Some(rustix::fs::FileType::RegularFile))) {
+                let _ = sub.remove(k, false);
+            }
+        }
+        if sub.names().map_or(true, |n| !n.is_empty()) || d.remove("kernels", true).is_err() {
+            return false;
+        }
+    }
+    if old.has_manifest && d.remove(MANIFEST, false).is_err() {
+        return false;
+    }
+    std::fs::remove_dir(dir).is_ok()
+}
+
+/// A new, empty directory beside `target` named after it; never one that existed.
+fn fresh_sibling(target: &Path, what: &str) -> Result<PathBuf, PackError> {
+    let parent = parent_dir(target);
+    std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
+    let stem: String = target
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(64).collect())
+        .unwrap_or_else(|| "pack".into());
+    for serial in 0u32.. {
+        let p = parent.join(format!(
+            ".{stem}.{}-{serial}.tilegen-pack-{what}",
+            std::process::id()
+        ));
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io("creating", &p)(e)),
+        }
+    }
+    Err(io("creating a directory beside", target)(
+        std::io::Error::other("every name is taken"),
+    ))
+}
+
+/// Puts the built pack `tmp` in `target`'s place. An existing pack is exchanged with it in one
+/// step (readers see the old pack or the new one, never neither) and then removed, file by
+/// file of its own; returns where it was left if something else appeared in it.
+fn swap_in(tmp: &Path, target: &Path, old: Option<&OldPack>) -> Result<Option<PathBuf>, PackError> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let Some(old) = old else {
+        // NOREPLACE: a directory made meanwhile at the target is not replaced.
+        return match renameat_with(CWD, tmp, CWD, target, RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(None),
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                std::fs::rename(tmp, target)
+                    .map(|()| None)
+                    .map_err(io("renaming the new pack to", target))
+            }
+            Err(e) => Err(io("renaming the new pack to", target)(e.into())),
+        };
+    };
+    let aside = match renameat_with(CWD, tmp, CWD, target, RenameFlags::EXCHANGE) {
+        // The old pack now has the temporary name.
+        Ok(()) => tmp.to_path_buf(),
+        // A file system without the exchange: step aside, then take the name.
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            let aside = fresh_sibling(target, "old")?;
+            std::fs::remove_dir(&aside).map_err(io("removing", &aside))?;
+            std::fs::rename(target, &aside).map_err(io("moving aside", target))?;
+            if let Err(e) = std::fs::rename(tmp, target) {
+                let _ = std::fs::rename(&aside, target);
+                return Err(io("renaming the new pack to", target)(e));
+            }
+            aside
+        }
+        Err(e) => return Err(io("exchanging the new pack with", target)(e.into())),
+    };
+    if remove_old(&aside, old) {
+        return Ok(None);
+    }
+    // Kept whole, under a name that says what it is.
+    let kept = match fresh_sibling(target, "old") {
+        Ok(p) if std::fs::rename(&aside, &p).is_ok() => p,
+        Ok(p) => {
+            let _ = std::fs::remove_dir(p);
+            aside
+        }
+        Err(_) => aside,
+    };
+    Ok(Some(kept))
+}
+
+/// Builds the pack of `template` from `db` into `out` (through `out` when it is a symlink).
 pub fn build(
     template: &Template,
     db: &Db,
@@ -367,16 +751,10 @@ pub fn build(
     opts: &BuildOptions,
 ) -> Result<BuildReport, PackError> {
     let t0 = Instant::now();
-    // The target must be a pack, an empty directory or absent: nothing else is replaced.
-    if out.exists() {
-        let empty = std::fs::read_dir(out)
-            .map_err(io("reading", out))?
-            .next()
-            .is_none();
-        if !empty && !out.join(MANIFEST).is_file() {
-            return Err(PackError::NotAPack(out.to_path_buf()));
-        }
-    }
+    let target = resolve_output(out)?;
+    // The target must be a pack of only its own files, an empty directory or absent: checked
+    // before any work, and again before the swap.
+    replaceable(&target)?;
     let chosen = choose(template, db)?;
     let default = default_spec(&template.space);
     // Kernel per cache key, with the shapes it serves, in template order.
@@ -433,21 +811,11 @@ pub fn build(
     let report = Mutex::new(report);
     let kernels = compile_all(&list, opts, &report)?;
     let mut report = report.into_inner().unwrap_or_default();
-    // Write into a temporary sibling, then rename into place.
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let stem = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "pack".into());
-    let tmp = parent.join(format!(".{stem}.{}.tilegen-pack-tmp", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io("removing", &tmp))?;
-    }
-    std::fs::create_dir_all(tmp.join("kernels")).map_err(io("creating", &tmp))?;
+    report.discarded.sort_by(|a, b| a.path.cmp(&b.path));
+    // Write into a new sibling directory, then swap it into place.
+    let tmp = fresh_sibling(&target, "tmp")?;
     let mut guard = TempDir(Some(tmp.clone()));
+    std::fs::create_dir(tmp.join("kernels")).map_err(io("creating", &tmp))?;
     let mut manifest = Manifest {
         format: PACK_FORMAT,
         tilegen_version: tilegen_version().into(),
@@ -482,38 +850,56 @@ pub fn build(
     if opts.cancel.load(Ordering::Relaxed) {
         return Err(PackError::Interrupted);
     }
-    // Swap: the old pack (if any) steps aside, the new one takes its name, the old one goes.
-    let old = parent.join(format!(".{stem}.{}.tilegen-pack-old", std::process::id()));
-    let had_old = out.exists();
-    if had_old {
-        std::fs::rename(out, &old).map_err(io("moving aside", out))?;
-    }
-    if let Err(e) = std::fs::rename(&tmp, out) {
-        if had_old {
-            let _ = std::fs::rename(&old, out);
-        }
-        return Err(io("renaming the new pack to", out)(e));
-    }
+    // The build took a while: whatever appeared in the old pack meanwhile is refused too.
+    let old = replaceable(&target)?;
+    report.old_pack_kept = swap_in(&tmp, &target, old.as_ref())?;
     guard.0 = None;
-    if had_old {
-        std::fs::remove_dir_all(&old).map_err(io("removing the old pack", &old))?;
-    }
     report.kernels = manifest.kernels.len() as u64;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
 }
 
 /// Reads and checks the pack at `dir`: format, versions, target, every code object's size
-/// and SHA-256, and that each holds the kernel its spec names. Returns the manifest and the
-/// code objects, by kernel index.
+/// and SHA-256, and that each holds the kernel its spec names. Every file is read relative to
+/// the pack's directory, as a regular file (never through a symlink, never a FIFO or device)
+/// and never beyond its limit. Returns the manifest and the code objects, by kernel index.
 fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
     let tampered = |problem: String| PackError::Tampered {
         dir: dir.to_path_buf(),
         problem,
     };
+    let refused = |path: PathBuf, e: files::FileError, expected, limit, what| match e {
+        files::FileError::Io(source) => PackError::Io {
+            action: "reading",
+            path,
+            source,
+        },
+        files::FileError::Kind(found) => PackError::FileType {
+            path,
+            found,
+            expected,
+        },
+        files::FileError::TooBig(size) => PackError::TooBig {
+            path,
+            size,
+            limit,
+            what,
+        },
+    };
+    let top =
+        files::Dir::open(dir).map_err(|e| refused(dir.to_path_buf(), e, "directory", 0, ""))?;
     let path = dir.join(MANIFEST);
-    let text = std::fs::read(&path).map_err(io("reading the manifest", &path))?;
-    // The format first, so a future manifest is refused by version, not by a field it lacks.
+    let text = top.read(MANIFEST, MANIFEST_MAX_BYTES).map_err(|e| {
+        refused(
+            path.clone(),
+            e,
+            "regular file",
+            MANIFEST_MAX_BYTES,
+            "a manifest",
+        )
+    })?;
+    // Format, versions and target first, so a manifest of another build is refused by its
+    // version, not by a field it has or lacks.
     let probe: serde_json::Value =
         serde_json::from_slice(&text).map_err(|source| PackError::Manifest {
             path: path.clone(),
@@ -528,10 +914,6 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
             expected: PACK_FORMAT.to_string(),
         });
     }
-    let m: Manifest = serde_json::from_slice(&text).map_err(|source| PackError::Manifest {
-        path: path.clone(),
-        source,
-    })?;
     let version = |what, found: &str, expected: &str| {
         if found != expected {
             Err(PackError::Version {
@@ -544,14 +926,32 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
             Ok(())
         }
     };
-    version("the tilegen version", &m.tilegen_version, tilegen_version())?;
+    let text_of = |field: &str| {
+        probe
+            .get(field)
+            .and_then(|v| v.as_str())
+            .unwrap_or("missing")
+            .to_string()
+    };
+    version(
+        "the tilegen version",
+        &text_of("tilegen_version"),
+        tilegen_version(),
+    )?;
     let major = |v: &str| v.split('.').next().unwrap_or("").to_string();
     version(
         "the LLVM major version",
-        &major(&m.llvm_version),
+        &major(&text_of("llvm_version")),
         &major(&llvm_version()),
     )?;
-    version("the target", &m.target, TARGET)?;
+    version("the target", &text_of("target"), TARGET)?;
+    let m: Manifest = serde_json::from_slice(&text).map_err(|source| PackError::Manifest {
+        path: path.clone(),
+        source,
+    })?;
+    let kdir = top
+        .subdir("kernels")
+        .map_err(|e| refused(dir.join("kernels"), e, "directory", 0, ""))?;
     let mut files = Vec::new();
     let mut shapes: BTreeMap<Shape, String> = BTreeMap::new();
     let mut listed = BTreeSet::new();
@@ -562,16 +962,30 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
             && rel
                 .components()
                 .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !plain {
+        let name = rel.file_name().and_then(|n| n.to_str()).filter(|_| plain);
+        let Some(name) = name else {
             return Err(tampered(format!(
                 "kernel {} names the file `{}`, outside kernels/",
                 k.name, k.file
             )));
-        }
+        };
         listed.insert(k.file.clone());
-        let p = dir.join(rel);
-        let bytes =
-            std::fs::read(&p).map_err(|e| tampered(format!("{} cannot be read: {e}", k.file)))?;
+        if k.bytes > CODE_OBJECT_MAX_BYTES {
+            return Err(PackError::TooBig {
+                path: dir.join(rel),
+                size: k.bytes,
+                limit: CODE_OBJECT_MAX_BYTES,
+                what: "a code object (the manifest's size)",
+            });
+        }
+        let bytes = kdir.read(name, k.bytes).map_err(|e| match e {
+            files::FileError::Io(e) => tampered(format!("{} cannot be read: {e}", k.file)),
+            files::FileError::TooBig(size) => tampered(format!(
+                "{} has {size} bytes, the manifest says {}",
+                k.file, k.bytes
+            )),
+            e => refused(dir.join(rel), e, "regular file", k.bytes, "a code object"),
+        })?;
         if bytes.len() as u64 != k.bytes {
             return Err(tampered(format!(
                 "{} has {} bytes, the manifest says {}",
@@ -626,10 +1040,11 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
         }
         files.push(bytes);
     }
-    let kdir = dir.join("kernels");
-    for e in std::fs::read_dir(&kdir).map_err(io("reading", &kdir))? {
-        let e = e.map_err(io("reading", &kdir))?;
-        let name = format!("kernels/{}", e.file_name().to_string_lossy());
+    let names = kdir
+        .names()
+        .map_err(|e| refused(dir.join("kernels"), e, "directory", 0, ""))?;
+    for e in names {
+        let name = format!("kernels/{}", e.to_string_lossy());
         if !listed.contains(&name) {
             return Err(tampered(format!("{name} is not in the manifest")));
         }

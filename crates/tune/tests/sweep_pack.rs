@@ -331,3 +331,642 @@ fn edit(d: &Path, f: impl Fn(&mut serde_json::Value)) {
     f(&mut v);
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Packs and the compile cache under hostile input. One small pack (the default spec serving
+// every shape of TINY: one kernel) is built once and copied; each case changes a copy.
+
+use std::os::unix::fs::symlink;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tilegen_tune::pack::{BuildReport, CODE_OBJECT_MAX_BYTES, MANIFEST_MAX_BYTES};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    template: Template,
+    /// An empty tuning database: every shape is served by the default spec.
+    db: PathBuf,
+    /// A pack built from an empty cache.
+    pack: PathBuf,
+    /// The cache that build left: one entry.
+    cache: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let template = Template::parse(TINY, "tiny.toml").unwrap();
+        let db = dir.path().join("empty.db");
+        drop(Db::open(&db).unwrap());
+        let pack = dir.path().join("pack");
+        let cache = dir.path().join("cache");
+        let r = pack::build(
+            &template,
+            &Db::open(&db).unwrap(),
+            &pack,
+            &loose(Some(cache.clone())),
+        )
+        .unwrap();
+        assert_eq!((r.kernels, r.compiled, r.cache_hits), (1, 1, 0));
+        Fixture {
+            _dir: dir,
+            template,
+            db,
+            pack,
+            cache,
+        }
+    })
+}
+
+fn loose(cache: Option<PathBuf>) -> BuildOptions {
+    BuildOptions {
+        require_tuned: false,
+        cache_dir: cache,
+        jobs: 1,
+        cancel: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+fn build_with(out: &Path, cache: &Path) -> Result<BuildReport, PackError> {
+    let f = fixture();
+    let db = Db::open(&f.db).unwrap();
+    pack::build(&f.template, &db, out, &loose(Some(cache.to_path_buf())))
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The one cache entry of a cache directory.
+fn entry(cache: &Path) -> PathBuf {
+    let n = names(cache);
+    assert_eq!(n.len(), 1, "{n:?}");
+    cache.join(&n[0])
+}
+
+fn mkfifo(p: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Error text with its sources.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// `f` on another thread, failed (not hung) past a deadline: a FIFO must not block a reader.
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: still running after 20 s"))
+}
+
+/// Two packs are the same: every code object byte for byte, the manifest but its time.
+fn assert_same_pack(a: &Path, b: &Path) {
+    assert_eq!(names(&a.join("kernels")), names(&b.join("kernels")));
+    for n in names(&a.join("kernels")) {
+        assert_eq!(
+            std::fs::read(a.join("kernels").join(&n)).unwrap(),
+            std::fs::read(b.join("kernels").join(&n)).unwrap(),
+            "{n}"
+        );
+    }
+    let manifest = |d: &Path| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(MANIFEST)).unwrap()).unwrap();
+        v["created"] = 0.into();
+        v
+    };
+    assert_eq!(manifest(a), manifest(b));
+    assert_eq!(names(a), names(b));
+}
+
+/// Flips one bit inside the `.text` of a code object file: a kernel that still loads and
+/// runs, and computes something else.
+fn flip_text_bit(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let co = tilegen_codeobj::CodeObject::parse(&bytes).unwrap();
+    let text = &co.text.1;
+    assert!(text.len() > 64);
+    let at = bytes
+        .windows(64)
+        .position(|w| w == &text[..64])
+        .expect(".text in the file");
+    bytes[at + text.len() / 2] ^= 0x04;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_tampered_compile_cache_entry_is_discarded_and_rebuilt() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().unwrap();
+    let cache = scratch.path().join("cache");
+    copy_tree(&f.cache, &cache);
+    let entry = entry(&cache);
+    let good = std::fs::read(&entry).unwrap();
+    // The reproducer: one flipped bit in .text, name and kernel symbol intact.
+    flip_text_bit(&entry);
+    let out = scratch.path().join("pack");
+    let r = build_with(&out, &cache).unwrap();
+    assert_eq!((r.compiled, r.cache_hits, r.cache_discarded), (1, 0, 1));
+    assert_eq!(r.discarded[0].path, entry);
+    assert!(
+        r.discarded[0].reason.contains("SHA-256"),
+        "{:?}",
+        r.discarded
+    );
+    assert!(r.discarded[0].removed);
+    // The pack equals the one built from a clean cache, and verifies.
+    pack::verify(&out).unwrap();
+    assert_same_pack(&f.pack, &out);
+    // The cache holds the good entry again and serves the next build.
+    assert_eq!(std::fs::read(&entry).unwrap(), good);
+    let r = build_with(&out, &cache).unwrap();
+    assert_eq!((r.compiled, r.cache_hits, r.cache_discarded), (0, 1, 0));
+    assert_same_pack(&f.pack, &out);
+}
+
+#[test]
+fn unusable_compile_cache_entries_are_discarded_never_followed() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().unwrap();
+    let s = |n: &str| scratch.path().join(n);
+    let name = std::fs::read_dir(&f.cache)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let good = std::fs::read(f.cache.join(&name)).unwrap();
+    std::fs::write(s("outside.hsaco"), &good).unwrap();
+    // A valid code object of another kernel.
+    let other = tilegen_tune::eval::compile(&tilegen_kernels::KernelSpec::new().bn(64)).unwrap();
+    type Plant = Box<dyn Fn(&Path)>;
+    // (case, how the entry is planted, words of the reason, removed)
+    let cases: Vec<(&str, Plant, &str, bool)> = vec![
+        (
+            "truncated",
+            Box::new({
+                let good = good.clone();
+                move |p: &Path| std::fs::write(p, &good[..good.len() / 2]).unwrap()
+            }),
+            "SHA-256",
+            true,
+        ),
+        (
+            "symlink to a matching copy outside the cache",
+            Box::new({
+                let o = s("outside.hsaco");
+                move |p: &Path| symlink(&o, p).unwrap()
+            }),
+            "symlink",
+            false,
+        ),
+        ("FIFO", Box::new(|p: &Path| mkfifo(p)), "FIFO", false),
+        (
+            "symlink to /dev/zero",
+            Box::new(|p: &Path| symlink("/dev/zero", p).unwrap()),
+            "symlink",
+            false,
+        ),
+        (
+            "directory",
+            Box::new(|p: &Path| std::fs::create_dir(p).unwrap()),
+            "directory",
+            false,
+        ),
+        (
+            "huge (sparse)",
+            Box::new(|p: &Path| {
+                let f = std::fs::File::create(p).unwrap();
+                f.set_len(CODE_OBJECT_MAX_BYTES + 1).unwrap();
+            }),
+            "limit",
+            true,
+        ),
+        (
+            "another kernel under this key, with its true digest",
+            Box::new({
+                let co = other.code_object().to_vec();
+                move |p: &Path| {
+                    let digest = pack::sha256_hex(&co);
+                    let n = p.file_name().unwrap().to_str().unwrap();
+                    let key = n.split('-').next().unwrap();
+                    let renamed = p.with_file_name(format!("{key}-{digest}.hsaco"));
+                    std::fs::write(renamed, &co).unwrap();
+                }
+            }),
+            "does not hold kernel",
+            true,
+        ),
+    ];
+    let mut refused = 0;
+    for (i, (what, plant, reason, removed)) in cases.into_iter().enumerate() {
+        let cache = s(&format!("cache{i}"));
+        std::fs::create_dir(&cache).unwrap();
+        plant(&cache.join(&name));
+        let planted = names(&cache);
+        let out = s(&format!("pack{i}"));
+        let r = within(what, {
+            let (out, cache) = (out.clone(), cache.clone());
+            move || build_with(&out, &cache)
+        })
+        .unwrap_or_else(|e| panic!("{what}: {}", chain(&e)));
+        assert_eq!((r.cache_hits, r.compiled), (0, 1), "{what}");
+        assert_eq!(r.discarded.len(), 1, "{what}: {:?}", r.discarded);
+        let d = &r.discarded[0];
+        assert!(d.reason.contains(reason), "{what}: {}", d.reason);
+        assert_eq!(d.removed, removed, "{what}");
+        assert_eq!(d.path, cache.join(&planted[0]), "{what}");
+        if !removed {
+            // Left for its owner, and nothing was written through it.
+            assert!(std::fs::symlink_metadata(&d.path).is_ok(), "{what}");
+        }
+        assert_eq!(std::fs::read(s("outside.hsaco")).unwrap(), good, "{what}");
+        pack::verify(&out).unwrap();
+        assert_same_pack(&f.pack, &out);
+        refused += 1;
+    }
+    eprintln!("cache: {refused} unusable entries discarded, {refused} packs equal the clean one");
+}
+
+/// A fresh copy of the fixture's pack.
+fn pack_copy(scratch: &Path, name: &str) -> PathBuf {
+    let d = scratch.join(name);
+    copy_tree(&fixture().pack, &d);
+    pack::verify(&d).unwrap();
+    d
+}
+
+fn kernel_file(pack: &Path) -> PathBuf {
+    let k = pack.join("kernels");
+    k.join(&names(&k)[0])
+}
+
+#[test]
+fn pack_files_are_read_only_as_regular_files_inside_the_pack() {
+    let scratch = tempfile::tempdir().unwrap();
+    let s = scratch.path();
+    let outside = pack_copy(s, "outside");
+    type Tamper = Box<dyn Fn(&Path)>;
+    let code = |p: &Path| kernel_file(p);
+    let cases: Vec<(&str, Tamper, &str)> = vec![
+        (
+            "code object: symlink to a matching copy outside",
+            Box::new({
+                let o = outside.clone();
+                move |d: &Path| {
+                    let k = code(d);
+                    std::fs::remove_file(&k).unwrap();
+                    symlink(code(&o), &k).unwrap();
+                }
+            }),
+            "is a symlink, not a regular file",
+        ),
+        (
+            "kernels/: symlink to a matching copy outside",
+            Box::new({
+                let o = outside.clone();
+                move |d: &Path| {
+                    std::fs::remove_dir_all(d.join("kernels")).unwrap();
+                    symlink(o.join("kernels"), d.join("kernels")).unwrap();
+                }
+            }),
+            "is a symlink, not a directory",
+        ),
+        (
+            "manifest: symlink to a matching copy outside",
+            Box::new({
+                let o = outside.clone();
+                move |d: &Path| {
+                    std::fs::remove_file(d.join(MANIFEST)).unwrap();
+                    symlink(o.join(MANIFEST), d.join(MANIFEST)).unwrap();
+                }
+            }),
+            "is a symlink, not a regular file",
+        ),
+        (
+            "code object: FIFO",
+            Box::new(move |d: &Path| {
+                let k = code(d);
+                std::fs::remove_file(&k).unwrap();
+                mkfifo(&k);
+            }),
+            "is a FIFO",
+        ),
+        (
+            "manifest: FIFO",
+            Box::new(|d: &Path| {
+                std::fs::remove_file(d.join(MANIFEST)).unwrap();
+                mkfifo(&d.join(MANIFEST));
+            }),
+            "is a FIFO",
+        ),
+        (
+            "code object: symlink to /dev/zero",
+            Box::new(move |d: &Path| {
+                let k = code(d);
+                std::fs::remove_file(&k).unwrap();
+                symlink("/dev/zero", &k).unwrap();
+            }),
+            "is a symlink",
+        ),
+        (
+            "code object: a directory",
+            Box::new(move |d: &Path| {
+                let k = code(d);
+                std::fs::remove_file(&k).unwrap();
+                std::fs::create_dir(&k).unwrap();
+            }),
+            "is a directory",
+        ),
+        (
+            "code object: bigger than its manifest says",
+            Box::new(move |d: &Path| {
+                let k = code(d);
+                let f = std::fs::OpenOptions::new().append(true).open(&k).unwrap();
+                f.set_len(f.metadata().unwrap().len() + (1 << 30)).unwrap();
+            }),
+            "bytes, the manifest says",
+        ),
+        (
+            "manifest: claims a 1 TiB code object",
+            Box::new(|d: &Path| edit(d, |m| m["kernels"][0]["bytes"] = (1u64 << 40).into())),
+            "the limit for a code object",
+        ),
+        (
+            "manifest: huge (sparse)",
+            Box::new(|d: &Path| {
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(d.join(MANIFEST))
+                    .unwrap();
+                f.set_len(MANIFEST_MAX_BYTES + 1).unwrap();
+            }),
+            "the limit for a manifest",
+        ),
+    ];
+    let mut refused = 0;
+    for (i, (what, tamper, expect)) in cases.into_iter().enumerate() {
+        let d = pack_copy(s, &format!("case{i}"));
+        tamper(&d);
+        for open in [false, true] {
+            let d = d.clone();
+            let e = within(what, move || {
+                if open {
+                    Pack::open(&d).map(|_| ())
+                } else {
+                    pack::verify(&d).map(|_| ())
+                }
+            })
+            .expect_err(what);
+            let text = chain(&e);
+            assert!(text.contains(expect), "{what}: {text}");
+            refused += 1;
+        }
+    }
+    // The pack directory itself may be a symlink: the user named it.
+    let link = s.join("link");
+    symlink(&outside, &link).unwrap();
+    Pack::open(&link).unwrap();
+    eprintln!("pack files: {refused} clean refusals, 1 success");
+}
+
+#[test]
+fn unknown_manifest_fields_are_refused() {
+    let scratch = tempfile::tempdir().unwrap();
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let result = serde_json::json!({
+        "uid": "u", "source": "model", "device": "MI355X timing model",
+        "cus": 256, "us": 1.0, "tflops": 2.0
+    });
+    let cases: Vec<(&str, Edit, bool)> = vec![
+        (
+            "top level",
+            Box::new(|m| m["signed_by"] = "me".into()),
+            false,
+        ),
+        (
+            "kernel",
+            Box::new(|m| m["kernels"][0]["entry"] = 0.into()),
+            false,
+        ),
+        (
+            "spec",
+            Box::new(|m| m["kernels"][0]["spec"]["fast_math"] = true.into()),
+            false,
+        ),
+        (
+            "shape",
+            Box::new(|m| m["kernels"][0]["shapes"][0]["batch"] = 2.into()),
+            false,
+        ),
+        (
+            "tuning result",
+            Box::new({
+                let mut r = result.clone();
+                r["note"] = "x".into();
+                move |m| m["kernels"][0]["shapes"][0]["result"] = r.clone()
+            }),
+            false,
+        ),
+        // Known fields, spelled out, are fine.
+        (
+            "a known tuning result",
+            Box::new({
+                let r = result.clone();
+                move |m| m["kernels"][0]["shapes"][0]["result"] = r.clone()
+            }),
+            true,
+        ),
+        (
+            "a spec field at its default",
+            Box::new(|m| m["kernels"][0]["spec"]["xcd_group_m"] = 0.into()),
+            true,
+        ),
+    ];
+    let (mut refusals, mut successes) = (0, 0);
+    for (i, (what, change, accepted)) in cases.into_iter().enumerate() {
+        let d = pack_copy(scratch.path(), &format!("case{i}"));
+        edit(&d, change);
+        match pack::verify(&d) {
+            Ok(_) if accepted => successes += 1,
+            Err(e) if !accepted => {
+                let text = chain(&e);
+                assert!(text.contains("unknown field"), "{what}: {text}");
+                refusals += 1;
+            }
+            r => panic!("{what}: {:?}", r.map(|_| ()).map_err(|e| chain(&e))),
+        }
+    }
+    // A spec key given twice (JSON allows it; the manifest does not).
+    let d = pack_copy(scratch.path(), "duplicate");
+    let text = std::fs::read_to_string(d.join(MANIFEST)).unwrap();
+    let text = text.replacen("\"bm\":", "\"bm\": 999, \"bm\":", 1);
+    std::fs::write(d.join(MANIFEST), text).unwrap();
+    let e = pack::verify(&d).unwrap_err();
+    assert!(chain(&e).contains("duplicate field `bm`"), "{}", chain(&e));
+    refusals += 1;
+    eprintln!("manifest fields: {refusals} clean refusals, {successes} successes");
+}
+
+#[test]
+fn rebuilding_a_pack_never_deletes_a_file_it_did_not_write() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().unwrap();
+    let s = scratch.path();
+    type Plant = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Plant, &str)> = vec![
+        (
+            "a user's file beside the manifest",
+            Box::new(|d: &Path| std::fs::write(d.join("notes.txt"), b"mine").unwrap()),
+            "notes.txt",
+        ),
+        (
+            "a user's file in kernels/",
+            Box::new(|d: &Path| std::fs::write(d.join("kernels/mine.hsaco"), b"mine").unwrap()),
+            "kernels/mine.hsaco",
+        ),
+        (
+            "a user's directory",
+            Box::new(|d: &Path| {
+                std::fs::create_dir(d.join("data")).unwrap();
+                std::fs::write(d.join("data/x"), b"mine").unwrap();
+            }),
+            "data",
+        ),
+        (
+            "a symlink in kernels/",
+            Box::new(|d: &Path| symlink("/etc/hostname", d.join("kernels/link.hsaco")).unwrap()),
+            "kernels/link.hsaco",
+        ),
+    ];
+    let mut refusals = 0;
+    for (i, (what, plant, named)) in cases.into_iter().enumerate() {
+        let d = pack_copy(s, &format!("case{i}"));
+        plant(&d);
+        let before = snapshot(&d);
+        let e = build_with(&d, &f.cache).expect_err(what);
+        assert!(matches!(e, PackError::Foreign { .. }), "{what}: {e}");
+        assert!(e.to_string().contains(named), "{what}: {e}");
+        assert_eq!(snapshot(&d), before, "{what}: the directory is unchanged");
+        refusals += 1;
+    }
+    // An old pack of another tilegen version holding only its own files is replaced.
+    let d = pack_copy(s, "old-version");
+    edit(&d, |m| m["tilegen_version"] = "0.0.1".into());
+    let r = build_with(&d, &f.cache).unwrap();
+    assert_eq!(r.old_pack_kept, None);
+    assert_same_pack(&f.pack, &d);
+    let left: Vec<_> = names(s)
+        .into_iter()
+        .filter(|n| n.contains("tilegen-pack"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    eprintln!("pack rebuilds: {refusals} clean refusals, 1 success");
+}
+
+/// Every path under `d` with its bytes (or link target), to compare before and after.
+fn snapshot(d: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![d.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.file_type().is_symlink() {
+            out.push((
+                p.clone(),
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            ));
+        } else if m.is_dir() {
+            out.push((p.clone(), Vec::new()));
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        } else {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_pack_is_written_through_a_symlink_and_the_link_stays() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().unwrap();
+    let s = |n: &str| scratch.path().join(n);
+    // A link to an existing pack: the pack it names is replaced.
+    let real = pack_copy(scratch.path(), "real");
+    std::fs::create_dir(s("links")).unwrap();
+    symlink("../real", s("links/current")).unwrap();
+    build_with(&s("links/current"), &f.cache).unwrap();
+    assert!(
+        std::fs::symlink_metadata(s("links/current"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_same_pack(&f.pack, &real);
+    // A dangling link: the pack is made where it points.
+    symlink("new-pack", s("dangling")).unwrap();
+    build_with(&s("dangling"), &f.cache).unwrap();
+    assert!(
+        std::fs::symlink_metadata(s("dangling"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_same_pack(&f.pack, &s("new-pack"));
+    Pack::open(s("dangling")).unwrap();
+    // A link to something that is not a pack is refused, and the link and its target stay.
+    std::fs::create_dir(s("precious")).unwrap();
+    std::fs::write(s("precious/data"), b"keep").unwrap();
+    symlink("precious", s("to-precious")).unwrap();
+    assert!(matches!(
+        build_with(&s("to-precious"), &f.cache),
+        Err(PackError::NotAPack(_))
+    ));
+    assert_eq!(std::fs::read(s("precious/data")).unwrap(), b"keep");
+    let left: Vec<_> = names(scratch.path())
+        .into_iter()
+        .chain(names(&s("links")))
+        .filter(|n| n.contains("tilegen-pack"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -41,7 +41,8 @@ struct BuildArgs {
     /// The tuning database the best specs come from.
     #[arg(long, required = true)]
     db: Option<PathBuf>,
-    /// The pack directory (written to a temporary directory and renamed into place).
+    /// The pack directory (written to a new directory and swapped into place; a symlink is
+    /// written through). An existing pack is replaced only if it holds nothing but its own files.
     #[arg(short, long, required = true)]
     output: Option<PathBuf>,
     /// Refuse a shape without a tuning result instead of serving it with the default spec.
@@ -95,11 +96,30 @@ fn build(a: BuildArgs) -> Result<()> {
         }
         r => r.with_context(|| format!("building the pack {}", output.display()))?,
     };
+    // Warnings go to stderr whatever the format, so a JSON reader still gets one document.
+    for d in &r.discarded {
+        eprintln!(
+            "warning: compile cache: {} was not used ({}); {}, and its kernel compiled again",
+            d.path.display(),
+            d.reason,
+            if d.removed {
+                "removed"
+            } else {
+                "left in place"
+            }
+        );
+    }
+    if let Some(kept) = &r.old_pack_kept {
+        eprintln!(
+            "warning: the pack this one replaced is kept at {}: something its manifest does not list appeared in it during the build",
+            kept.display()
+        );
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "pack {}: {} kernels serving {} shapes of {} ({} untuned: default spec); {} compiled, {} from the cache, {:.2} s",
+            "pack {}: {} kernels serving {} shapes of {} ({} untuned: default spec); {} compiled, {} from the cache ({} cache entries discarded), {:.2} s",
             output.display(),
             r.kernels,
             r.shapes,
@@ -107,6 +127,7 @@ fn build(a: BuildArgs) -> Result<()> {
             r.untuned,
             r.compiled,
             r.cache_hits,
+            r.cache_discarded,
             r.seconds
         );
     }
