@@ -28,6 +28,24 @@ use sys::{Api, Status};
 /// Why the HSA runtime could not be used, or what it refused.
 #[derive(Debug, thiserror::Error)]
 pub enum HsaError {
+    /// The library file is not a complete shared object for this machine; loading it could
+    /// crash the process (a segment past the end of a truncated file faults when mapped).
+    #[error("the HSA runtime `{}` is not a loadable shared library: {why} (point ${} at ROCm's libhsa-runtime64)", path.display(), sys::LIBRARY_ENV)]
+    NotALibrary {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The library file could not be read for its check.
+    #[error("reading the HSA runtime `{}`", path.display())]
+    LibraryFile {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The library could not be loaded (not installed, or not a shared library).
     #[error(
         "loading the HSA runtime `{}`: {} (install ROCm's libhsa-runtime64, or point ${} at one)",
@@ -341,6 +359,59 @@ mod tests {
             "{text}"
         );
         assert_eq!(e.status(), None);
+    }
+
+    /// A file that is not a whole shared object for this machine is refused before the
+    /// dynamic loader maps it (a truncated library used to end the process with SIGBUS).
+    #[test]
+    fn broken_library_files_are_refused_before_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = [
+            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+            "/lib/x86_64-linux-gnu/libm.so.6",
+        ]
+        .into_iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .expect("the C library's libm");
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("truncated", real[..real.len() / 2].to_vec()),
+            ("header-only", real[..64].to_vec()),
+            ("empty", Vec::new()),
+            ("text", b"not a library\n".to_vec()),
+            ("object", {
+                // ET_REL instead of ET_DYN.
+                let mut b = real.clone();
+                b[16] = 1;
+                b[17] = 0;
+                b
+            }),
+            ("machine", {
+                let mut b = real.clone();
+                b[18] = 0xe0; // EM_AMDGPU
+                b[19] = 0;
+                b
+            }),
+        ];
+        for (name, bytes) in cases {
+            let path = dir.path().join(format!("{name}.so"));
+            std::fs::write(&path, bytes).unwrap();
+            let e = agents(&path).unwrap_err();
+            assert!(matches!(e, HsaError::NotALibrary { .. }), "{name}: {e}");
+        }
+        let fifo = dir.path().join("fifo.so");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = agents(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let zero = dir.path().join("zero.so");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = agents(&zero).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        // The whole library passes the check (and fails later, at hsa's missing functions).
+        let whole = dir.path().join("whole.so");
+        std::fs::write(&whole, &real).unwrap();
+        assert!(sys::check_library_file(&whole).is_ok());
     }
 
     #[test]

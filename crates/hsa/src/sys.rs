@@ -513,6 +513,7 @@ impl Api {
         if let Some(api) = map.get(path) {
             return Ok(api.clone());
         }
+        check_library_file(path)?;
         // SAFETY: loading a shared library runs its initializers; an HSA runtime's are meant
         // to run in any process that links it. The library is kept loaded for the rest of
         // the process (the map owns it and is never cleared).
@@ -559,6 +560,92 @@ impl Api {
             })
         }
     }
+}
+
+/// The largest library file accepted (ROCm's runtime is a few MB).
+const MAX_LIBRARY_BYTES: u64 = 1 << 30;
+
+/// The ELF machine of the process: a library for another one cannot be loaded.
+const HOST_MACHINE: object::elf::Machine = if cfg!(target_arch = "aarch64") {
+    object::elf::EM_AARCH64
+} else {
+    object::elf::EM_X86_64
+};
+
+/// Checks that the file at `path` is a complete 64-bit shared object for this machine before
+/// the dynamic loader maps it: the loader trusts its program headers, and a segment reaching
+/// past the end of a truncated file kills the process with SIGBUS when touched. A bare file
+/// name is left to the loader's search (it finds installed libraries, not user files), as is a
+/// path that does not exist (the loader names that itself).
+pub(crate) fn check_library_file(path: &Path) -> Result<(), HsaError> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    if path.components().count() < 2 || !path.exists() {
+        return Ok(());
+    }
+    let bad = |why: String| HsaError::NotALibrary {
+        path: path.to_path_buf(),
+        why,
+    };
+    let io = |source| HsaError::LibraryFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Non-blocking, so a FIFO in the library's place does not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(bad("it is not a regular file".into()));
+    }
+    let len = meta.len();
+    if len > MAX_LIBRARY_BYTES {
+        return Err(bad(format!(
+            "it is {len} bytes, more than the {MAX_LIBRARY_BYTES} accepted"
+        )));
+    }
+    let data = object::read::ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&data)
+        .map_err(|e| bad(format!("not a 64-bit ELF file ({e})")))?;
+    let endian = header
+        .endian()
+        .map_err(|e| bad(format!("unknown byte order ({e})")))?;
+    if header.e_type(endian) != object::elf::ET_DYN {
+        return Err(bad(format!(
+            "ELF type {} is not a shared object",
+            header.e_type(endian)
+        )));
+    }
+    if header.e_machine(endian) != HOST_MACHINE {
+        return Err(bad(format!(
+            "it is built for ELF machine {}, not this one ({HOST_MACHINE})",
+            header.e_machine(endian)
+        )));
+    }
+    let segments = header
+        .program_headers(endian, &data)
+        .map_err(|e| bad(format!("its program headers cannot be read ({e})")))?;
+    if segments.is_empty() {
+        return Err(bad("it has no program headers".into()));
+    }
+    for (i, ph) in segments.iter().enumerate() {
+        let end = ph.p_offset(endian).checked_add(ph.p_filesz(endian));
+        if end.is_none_or(|end| end > len) {
+            return Err(bad(format!(
+                "segment {i} spans bytes {}..{} of a {len}-byte file (truncated?)",
+                ph.p_offset(endian),
+                end.map_or_else(|| "overflow".to_string(), |e| e.to_string())
+            )));
+        }
+    }
+    header
+        .section_headers(endian, &data)
+        .map_err(|e| bad(format!("its section headers lie past its end ({e})")))?;
+    Ok(())
 }
 
 impl std::fmt::Debug for Api {

@@ -207,45 +207,29 @@ impl AttentionProblem {
         }
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let max_len = context_lens.iter().copied().max().unwrap_or(0).max(1) as usize;
-        let (stride, cache_rows, table) = match max_len.checked_div(page_size) {
-            None => {
-                let stride = max_len + 37;
-                let rows = batch.checked_mul(stride).ok_or(too_big("cache rows"))?;
-                (stride, rows, Vec::new())
+        let shape =
+            AttentionShape::for_contexts(batch, q_heads, kv_heads, head_dim, page_size, max_len)?;
+        let table = if page_size == 0 {
+            Vec::new()
+        } else {
+            let pages = shape.cache_rows / page_size;
+            let mut perm: Vec<i32> = (0..pages).map(|p| p as i32).collect();
+            for i in (1..pages).rev() {
+                perm.swap(i, rng.below(i + 1));
             }
-            Some(_) => {
-                let per_seq = max_len.div_ceil(page_size);
-                let pages = batch
-                    .checked_mul(per_seq)
-                    .and_then(|p| p.checked_mul(2))
-                    .and_then(|p| p.checked_add(3))
-                    .ok_or(too_big("pages"))?;
-                let rows = pages.checked_mul(page_size).ok_or(too_big("cache rows"))?;
-                let mut perm: Vec<i32> = (0..pages).map(|p| p as i32).collect();
-                for i in (1..pages).rev() {
-                    perm.swap(i, rng.below(i + 1));
-                }
-                perm.truncate(batch * per_seq);
-                (per_seq, rows, perm)
-            }
+            perm.truncate(batch * shape.table_stride);
+            perm
         };
-        let shape = AttentionShape {
-            batch,
-            q_heads,
-            kv_heads,
-            head_dim,
-            page_size,
-            table_stride: stride,
-            cache_rows,
-        };
-        shape.validate()?;
-        let cache_len = cache_rows
+        let cache_len = shape
+            .cache_rows
             .checked_mul(kv_heads)
             .and_then(|n| n.checked_mul(head_dim))
             .ok_or(too_big("cache"))?;
-        let q = (0..batch * q_heads * head_dim)
-            .map(|_| bf16::from_f32(rng.normal()))
-            .collect();
+        let q_len = batch
+            .checked_mul(q_heads)
+            .and_then(|n| n.checked_mul(head_dim))
+            .ok_or(too_big("queries"))?;
+        let q = (0..q_len).map(|_| bf16::from_f32(rng.normal())).collect();
         let mut cache = || -> Vec<u8> {
             (0..cache_len)
                 .map(|_| encode_e4m3fn(rng.normal() * 1.5, Fp8Overflow::Saturate))
@@ -320,6 +304,53 @@ pub fn quantize_q_row(q: &[bf16]) -> (Vec<u8>, i32) {
 }
 
 impl AttentionShape {
+    /// The shape of a problem of `batch` sequences whose longest context is `max_len`, as
+    /// [`AttentionProblem::random`] lays it out: a paged cache (`page_size > 0`) of twice the
+    /// pages the contexts need plus 3 spare, so a shuffled block table has free pages between
+    /// used ones; a contiguous cache of `max_len + 37` rows per sequence. Known before any
+    /// input is made, so its sizes can be checked first.
+    pub fn for_contexts(
+        batch: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        page_size: usize,
+        max_len: usize,
+    ) -> Result<AttentionShape, AttentionError> {
+        let too_big = |what| AttentionError::Shape {
+            what,
+            rule: "the problem's size overflows".into(),
+        };
+        let (table_stride, cache_rows) = match max_len.checked_div(page_size) {
+            None => {
+                let stride = max_len.checked_add(37).ok_or(too_big("cache rows"))?;
+                let rows = batch.checked_mul(stride).ok_or(too_big("cache rows"))?;
+                (stride, rows)
+            }
+            Some(_) => {
+                let per_seq = max_len.div_ceil(page_size);
+                let pages = batch
+                    .checked_mul(per_seq)
+                    .and_then(|p| p.checked_mul(2))
+                    .and_then(|p| p.checked_add(3))
+                    .ok_or(too_big("pages"))?;
+                let rows = pages.checked_mul(page_size).ok_or(too_big("cache rows"))?;
+                (per_seq, rows)
+            }
+        };
+        let shape = AttentionShape {
+            batch,
+            q_heads,
+            kv_heads,
+            head_dim,
+            page_size,
+            table_stride,
+            cache_rows,
+        };
+        shape.validate()?;
+        Ok(shape)
+    }
+
     /// Checks the shape's own rules (sizes, divisibility).
     pub fn validate(&self) -> Result<(), AttentionError> {
         let bad = |what, rule: String| Err(AttentionError::Shape { what, rule });

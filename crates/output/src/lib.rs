@@ -22,7 +22,7 @@ use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Why an output cannot be written.
@@ -52,7 +52,7 @@ pub enum OutputError {
     Interrupted,
     /// The signal handler could not be installed.
     #[error("installing the interrupt handler")]
-    Handler(#[source] ctrlc::Error),
+    Handler(#[source] io::Error),
 }
 
 /// Links followed before a path is declared a loop (Linux's own limit).
@@ -321,6 +321,8 @@ fn resolve_links(path: &Path) -> Result<PathBuf, String> {
 struct Interrupts {
     flag: Arc<AtomicBool>,
     cooperative: AtomicBool,
+    /// The first signal that arrived (0: none yet), for the exit status.
+    signal: AtomicI32,
 }
 
 fn interrupts() -> &'static Interrupts {
@@ -328,38 +330,75 @@ fn interrupts() -> &'static Interrupts {
     STATE.get_or_init(|| Interrupts {
         flag: Arc::new(AtomicBool::new(false)),
         cooperative: AtomicBool::new(false),
+        signal: AtomicI32::new(0),
     })
 }
+
+/// The signals that stop the process cleanly.
+const STOP_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+];
 
 /// Installs the process's SIGINT/SIGTERM/SIGHUP handler (once; later calls do nothing).
 ///
 /// On a signal every pending temporary file is removed. Then, if some long-running work polls
 /// [`interrupt_flag`], the flag is raised so it can stop cleanly; otherwise (or on a second
-/// signal) the process exits with status 130.
+/// signal) the process exits with [`interrupt_exit_status`] (128 + the signal's number, as a
+/// shell reports a command a signal stopped: 130 for SIGINT, 143 for SIGTERM).
 pub fn install_interrupt_handler() -> Result<(), OutputError> {
-    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    static INSTALLED: OnceLock<Result<(), io::ErrorKind>> = OnceLock::new();
     let mut error = None;
     INSTALLED.get_or_init(|| {
-        ctrlc::set_handler(|| {
-            let state = interrupts();
-            let second = state.flag.swap(true, Ordering::SeqCst);
-            if state.cooperative.load(Ordering::SeqCst) && !second {
-                // Files are removed by the work itself as it unwinds; only a second signal
-                // forces the issue.
-                return;
-            }
-            remove_pending();
-            std::process::exit(130);
-        })
-        .map_err(|e| {
-            let text = e.to_string();
+        // The handler runs on its own thread (signal-hook's iterator), where removing files and
+        // taking locks is allowed, unlike inside a signal handler.
+        let mut signals = signal_hook::iterator::Signals::new(STOP_SIGNALS).map_err(|e| {
+            let kind = e.kind();
             error = Some(e);
-            text
-        })
+            kind
+        })?;
+        std::thread::Builder::new()
+            .name("tilegen-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    let state = interrupts();
+                    let _ = state.signal.compare_exchange(
+                        0,
+                        signal,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    let second = state.flag.swap(true, Ordering::SeqCst);
+                    if state.cooperative.load(Ordering::SeqCst) && !second {
+                        // Files are removed by the work itself as it unwinds; only a second
+                        // signal forces the issue.
+                        continue;
+                    }
+                    remove_pending();
+                    std::process::exit(i32::from(interrupt_exit_status()));
+                }
+            })
+            .map(|_| ())
+            .map_err(|e| {
+                let kind = e.kind();
+                error = Some(e);
+                kind
+            })
     });
     match error {
         Some(e) => Err(OutputError::Handler(e)),
         None => Ok(()),
+    }
+}
+
+/// The exit status of a process stopped by the signal that arrived first: 128 + its number
+/// (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP); 130 when the stop came from elsewhere.
+pub fn interrupt_exit_status() -> u8 {
+    let signal = interrupts().signal.load(Ordering::SeqCst);
+    match u8::try_from(signal) {
+        Ok(n) if (1..=64).contains(&n) => 128 + n,
+        _ => 128 + signal_hook::consts::SIGINT as u8,
     }
 }
 

@@ -66,6 +66,71 @@ pub fn rule_label(e: &SpecError) -> String {
     }
 }
 
+/// The most combinations a space may hold. Enumeration judges each combination (validation
+/// and a cache key, tens of microseconds), so this bounds a template's load and plan to seconds;
+/// the shipped templates hold about 2,000.
+pub const MAX_COMBINATIONS: u64 = 200_000;
+
+/// How many combinations [`enumerate`] generates for `space`, computed without generating
+/// them (so a huge space is refused at once): the same dimensions, collapsed the same way.
+/// Saturates at `u64::MAX`.
+pub fn combinations(space: &Space) -> u64 {
+    let n = |len: usize| len as u128;
+    let mut total: u128 = 0;
+    for &variant in &space.variant {
+        let preb = variant == Variant::Preb;
+        let (splits, orders, policies) = if preb {
+            (
+                n(space.split_k.len()),
+                n(space.xcd_group_m.len()),
+                n(space.b_cache_policy.len()),
+            )
+        } else {
+            (1, 1, 1)
+        };
+        let modes = n(space.acc_agprs.len()) * orders;
+        // Per prefetch setting: the cluster, deep-prime and depth settings it multiplies in.
+        let prefetch: u128 = if preb {
+            space
+                .b_prefetch
+                .iter()
+                .map(|&bpf| {
+                    if !bpf {
+                        return 1;
+                    }
+                    let clusters: u128 = space
+                        .cluster_drain_sched
+                        .iter()
+                        .map(|&cds| if cds { n(space.mfma_cluster.len()) } else { 1 })
+                        .sum();
+                    clusters * n(space.deep_prime.len()) * n(space.b_prefetch_depth.len())
+                })
+                .sum()
+        } else {
+            1
+        };
+        let per_tile = n(space.bn.len())
+            * n(space.bk_elems.len())
+            * n(space.wn.len())
+            * n(space.mma.len())
+            * policies
+            * n(space.dram_to_lds.len())
+            * prefetch
+            * n(space.waves_per_eu.len())
+            * splits
+            * modes;
+        for &bm in &space.bm {
+            let wms = if preb {
+                1 + n(space.wm.iter().filter(|&&w| w < bm).count())
+            } else {
+                n(space.wm.len())
+            };
+            total = total.saturating_add(wms.saturating_mul(per_tile));
+        }
+    }
+    u64::try_from(total).unwrap_or(u64::MAX)
+}
+
 /// Every valid spec of `space`. A dimension the variant (or an unset flag) ignores is not
 /// multiplied in: the lds variant takes none of the preb flags (`split_k` included), preb takes
 /// its default `wm` (= BM) and the listed values below BM, and `mfma_cluster` varies only with
@@ -231,6 +296,46 @@ fn product3<'a, A, B, C>(
 ) -> impl Iterator<Item = (&'a A, &'a B, &'a C)> {
     a.iter()
         .flat_map(move |x| b.iter().flat_map(move |y| c.iter().map(move |z| (x, y, z))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::Template;
+
+    /// The closed-form count is the count enumeration makes, for every shipped template and
+    /// for spaces with one axis at a time widened or emptied.
+    #[test]
+    fn combinations_are_counted_as_enumeration_generates_them() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        let mut spaces = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                spaces.push(Template::load(&path).unwrap().space);
+            }
+        }
+        assert!(!spaces.is_empty());
+        let base = spaces[0].clone();
+        let mut v = base.clone();
+        v.b_prefetch = vec![false, true];
+        v.cluster_drain_sched = vec![true, false];
+        v.mfma_cluster = vec![1, 2, 4];
+        v.deep_prime = vec![false, true];
+        v.b_prefetch_depth = vec![1, 2];
+        spaces.push(v.clone());
+        v.wm = vec![16, 32, 64, 128, 256];
+        v.split_k = vec![1, 2];
+        v.xcd_group_m = vec![0, 4];
+        spaces.push(v.clone());
+        v.variant = vec![Variant::Lds];
+        spaces.push(v.clone());
+        v.bn.clear();
+        spaces.push(v);
+        for s in &spaces {
+            assert_eq!(combinations(s), enumerate(s).stats.combinations, "{s:?}");
+        }
+    }
 }
 
 /// The default spec of a template's output type: the baseline every report compares with.

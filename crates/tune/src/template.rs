@@ -415,6 +415,18 @@ impl Template {
             gemms,
             space,
         };
+        // Counted before anything is generated: a space of billions of combinations is refused
+        // at once instead of enumerated for hours.
+        let count = crate::space::combinations(&t.space);
+        if count > crate::space::MAX_COMBINATIONS {
+            return Err(cx.err(
+                raw.space.span(),
+                format!(
+                    "the space has {count} combinations, more than the {} a template may hold; narrow its axes",
+                    crate::space::MAX_COMBINATIONS
+                ),
+            ));
+        }
         let e = crate::space::enumerate(&t.space);
         if e.specs.is_empty() {
             return Err(cx.err(

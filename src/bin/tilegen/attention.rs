@@ -92,8 +92,8 @@ const EMITTED: [&str; 14] = [
 ];
 
 pub fn run(a: AttentionArgs) -> Result<()> {
-    let lens = contexts(&a.context, a.batch)?;
-    let max_context = lens.iter().copied().max().unwrap_or(1) as u32;
+    // Sizes first, from the flags alone: nothing of batch size is made before they pass.
+    let max_context = check_contexts(&a.context, a.batch)?;
     let fitted = AttentionSpec::new(a.q_heads, a.kv_heads, a.head_dim, a.page_size)
         .fit_to(a.batch.try_into().unwrap_or(u32::MAX), max_context);
     let spec = fitted
@@ -101,7 +101,19 @@ pub fn run(a: AttentionArgs) -> Result<()> {
         .waves(a.waves.unwrap_or(fitted.values().waves));
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
-    check_memory(&spec, &lens)?;
+    let shape = AttentionShape::for_contexts(
+        a.batch,
+        a.q_heads as usize,
+        a.kv_heads as usize,
+        a.head_dim as usize,
+        a.page_size as usize,
+        max_context as usize,
+    )
+    .context("sizing the problem")?;
+    spec.check_shape(&shape)
+        .with_context(|| format!("checking the problem against {}", spec.kernel_name()))?;
+    check_memory(&spec, &shape)?;
+    let lens = contexts(&a.context, a.batch)?;
     let outputs = match &a.emit_dir {
         Some(dir) => Some(emit_outputs(dir)?),
         None => None,
@@ -340,38 +352,46 @@ fn print_text(
     );
 }
 
-/// One context per sequence from the flag's values.
-fn contexts(values: &[u32], batch: usize) -> Result<Vec<i32>> {
+/// Checks the `--context` values against `--batch` without making anything of batch size;
+/// returns the longest context.
+fn check_contexts(values: &[u32], batch: usize) -> Result<u32> {
     if batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let lens: Vec<u32> = match values.len() {
-        1 => vec![values[0]; batch],
-        n if n == batch => values.to_vec(),
-        n => bail!("--context has {n} values: give one, or one per sequence ({batch})"),
-    };
-    if let Some(l) = lens.iter().find(|&&l| l == 0 || l > (1 << 24)) {
+    if values.len() != 1 && values.len() != batch {
+        bail!(
+            "--context has {} values: give one, or one per sequence ({batch})",
+            values.len()
+        );
+    }
+    if let Some(l) = values.iter().find(|&&l| l == 0 || l > (1 << 24)) {
         bail!("context length {l}: must be 1 to 2^24 (attention over no keys is undefined)");
     }
-    Ok(lens.iter().map(|&l| l as i32).collect())
+    Ok(values.iter().copied().max().unwrap_or(1))
+}
+
+/// One context per sequence from the flag's values (checked by [`check_contexts`]).
+fn contexts(values: &[u32], batch: usize) -> Result<Vec<i32>> {
+    let lens = match values {
+        [one] => tilegen_host::try_vec("the context lengths", batch, *one as i32)?,
+        _ => values.iter().map(|&l| l as i32).collect(),
+    };
+    Ok(lens)
 }
 
 /// Refuses a problem whose host memory would not fit, before any of it is made: the caches
 /// three times (host, device, and once more on the way), the queries, outputs and partials.
-fn check_memory(spec: &AttentionSpec, lens: &[i32]) -> Result<()> {
-    let max_len = lens.iter().copied().max().unwrap_or(1) as u128;
-    let batch = lens.len() as u128;
+fn check_memory(spec: &AttentionSpec, shape: &AttentionShape) -> Result<()> {
+    let (rows, batch) = (shape.cache_rows as u128, shape.batch as u128);
     let (kv, d, hq) = (
         u128::from(spec.values().kv_heads),
         u128::from(spec.values().head_dim),
         u128::from(spec.values().q_heads),
     );
-    // Twice the pages needed (the shuffled table's spare pages), or the longest context plus
-    // slack per sequence.
-    let rows = batch * (2 * max_len + 256);
     let caches = 2 * rows * kv * d;
     let need = 3 * caches + batch * hq * d * (2 + 2 + 8 + 4 * u128::from(spec.partials()));
-    crate::host::ensure_memory(need, "the K and V caches three times over")
+    tilegen_host::ensure_fits("the K and V caches three times over", need)?;
+    Ok(())
 }
 
 fn emit_outputs(dir: &Path) -> Result<Vec<Output>> {

@@ -346,8 +346,9 @@ fn check_memory(m: usize, n: usize, k: usize, out_bytes: u32) -> Result<()> {
     let (m, n, k, out) = (m as u128, n as u128, k as u128, u128::from(out_bytes));
     let operands = (m + n) * (k / 2 + k / 32);
     let need = 3 * operands + n * k + m * n * (2 * out + 4 + 8);
-    crate::host::ensure_memory(
+    tilegen_host::ensure_fits(
+        "the problem (operands three times over, the reference's unpacked B and two f32 copies of C)",
         need,
-        "operands three times over, the reference's unpacked B and two f32 copies of C",
-    )
+    )?;
+    Ok(())
 }

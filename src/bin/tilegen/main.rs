@@ -5,7 +5,6 @@ mod build;
 mod device;
 mod emu;
 mod gemm;
-mod host;
 mod moe;
 mod pack;
 mod report;
@@ -97,8 +96,12 @@ fn main() -> ExitCode {
             let interrupted = e
                 .chain()
                 .any(|c| matches!(c.downcast_ref(), Some(OutputError::Interrupted)));
-            // 128 + SIGINT, as a shell reports a command stopped by Ctrl-C.
-            ExitCode::from(if interrupted { 130 } else { 1 })
+            // 128 + the signal's number, as a shell reports a command a signal stopped.
+            ExitCode::from(if interrupted {
+                tilegen_output::interrupt_exit_status()
+            } else {
+                1
+            })
         }
     }
 }

@@ -530,25 +530,26 @@ fn export(a: ExportArgs) -> Result<()> {
 fn slurm_cmd(a: SlurmArgs) -> Result<()> {
     // Refuse a malformed template before writing scripts that would fail on the cluster.
     Template::load(&a.template)?;
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("creating {}", a.output.display()))?;
+    // Everything is checked before the directory is made (`slurm::write` makes it).
     let abs =
         |p: &PathBuf| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
     let dir = abs(&a.output)?;
-    let job = slurm::SlurmJob {
-        tilegen: std::env::current_exe().context("locating the tilegen executable")?,
-        template: abs(&a.template)?,
-        shards: a.shards,
-        partition: a.partition.clone(),
-        db: match &a.db {
+    let mut job = slurm::SlurmJob::new(
+        std::env::current_exe().context("locating the tilegen executable")?,
+        abs(&a.template)?,
+        dir.clone(),
+        match &a.db {
             Some(d) => abs(d)?,
             None => dir.join("tune.db"),
         },
-        dir: dir.clone(),
-        tune_args: a.tune_arg.clone(),
-        cpus_per_task: a.cpus_per_task.max(1),
-        minutes: a.minutes.max(1),
-    };
+        a.shards,
+    )?
+    .cpus_per_task(a.cpus_per_task)?
+    .minutes(a.minutes)?
+    .tune_args(a.tune_arg.clone());
+    if let Some(p) = &a.partition {
+        job = job.partition(p.parse()?);
+    }
     let scripts = slurm::write(&job).map_err(|e| anyhow::anyhow!(e))?;
     let submitted = if a.submit {
         Some(slurm::submit(&scripts, &dir, a.wait)?)
@@ -559,7 +560,7 @@ fn slurm_cmd(a: SlurmArgs) -> Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "scripts": scripts, "db": job.db, "shards": a.shards, "submitted": submitted,
+                "scripts": scripts, "db": job.db(), "shards": a.shards, "submitted": submitted,
             }))?
         );
     } else {

@@ -29,7 +29,7 @@ pub const DEFAULT_MAX_WORKGROUPS: u64 = 1 << 20;
 pub const DEFAULT_MAX_WORK_ITEMS: u64 = 1 << 28;
 
 /// Device memory limit used when the machine's memory cannot be determined: 4 GiB.
-pub const FALLBACK_MAX_MEMORY: u64 = 4 << 30;
+pub const FALLBACK_MAX_MEMORY: u64 = tilegen_host::FALLBACK_MEMORY_BUDGET;
 
 /// Host bytes of one wave's register file (512 VGPR/AGPR slots of 64 lanes of 4 bytes).
 pub const WAVE_REGISTER_BYTES: u64 = 512 * 64 * 4;
@@ -147,43 +147,13 @@ impl Limits {
     }
 }
 
-/// The default device memory limit: half of the smallest of the machine's physical memory
-/// (`MemTotal` in `/proc/meminfo`), the cgroup's memory limit (`memory.max` of cgroup v2 or
-/// `memory.limit_in_bytes` of v1) and the process's address-space limit (`RLIMIT_AS`, as
-/// `/proc/self/limits` shows it). Half, because the emulator's host side (code, threads,
-/// the caller's own copies of inputs and outputs) needs room too. [`FALLBACK_MAX_MEMORY`]
-/// when none of these can be read (not Linux).
+/// The default device memory limit: the host's budget for one process
+/// ([`tilegen_host::memory_budget`]: half of the smallest of physical memory, the cgroup's
+/// limit and `RLIMIT_AS`), [`FALLBACK_MAX_MEMORY`] when none of these can be read.
 pub fn default_max_memory() -> u64 {
-    let mut avail: Option<u64> = None;
-    let mut take = |v: Option<u64>| {
-        if let Some(v) = v.filter(|&v| v > 0 && v < 1 << 60) {
-            avail = Some(avail.map_or(v, |a| a.min(v)));
-        }
-    };
-    let read = |p: &str| std::fs::read_to_string(p).ok();
-    take(read("/proc/meminfo").and_then(|s| meminfo_total(&s)));
-    take(read("/sys/fs/cgroup/memory.max").and_then(|s| s.trim().parse().ok()));
-    take(read("/sys/fs/cgroup/memory/memory.limit_in_bytes").and_then(|s| s.trim().parse().ok()));
-    take(read("/proc/self/limits").and_then(|s| address_space_limit(&s)));
-    avail.map_or(FALLBACK_MAX_MEMORY, |a| a / 2)
+    tilegen_host::memory_budget()
 }
 
-/// `MemTotal` of `/proc/meminfo`, in bytes.
-fn meminfo_total(s: &str) -> Option<u64> {
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// The soft `Max address space` limit of `/proc/self/limits`, in bytes (`None` if unlimited).
-fn address_space_limit(s: &str) -> Option<u64> {
-    s.lines()
-        .find_map(|l| l.strip_prefix("Max address space"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
 
 /// Shared hooks of a running launch: a cancellation flag the caller may raise from another
 /// thread (a Ctrl-C handler), and counters of workgroups finished and launched, for progress
@@ -246,37 +216,21 @@ impl LaunchControl {
     }
 }
 
-/// A vector of `n` copies of `value`, allocated fallibly: a refusal by the host is an error,
-/// not an abort.
+/// A vector of `n` copies of `value`, allocated fallibly: a size beyond the host's budget or
+/// a refusal by the host is an error, not an abort.
 pub(crate) fn try_filled<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>, LimitError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| LimitError::HostMemory {
-        what: what.to_string(),
-        requested: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-    })?;
-    v.resize(n, value);
-    Ok(v)
+    tilegen_host::try_vec(what, n, value).map_err(|e| match e {
+        tilegen_host::SizeError::Overflow { what } => LimitError::Overflow { what },
+        _ => LimitError::HostMemory {
+            what: what.to_string(),
+            requested: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_files_parse() {
-        assert_eq!(
-            meminfo_total("MemTotal:       24683656 kB\nMemFree: 1 kB\n"),
-            Some(24683656 * 1024)
-        );
-        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
-                      Max address space         4294967296           unlimited            bytes\n";
-        assert_eq!(address_space_limit(limits), Some(4 << 30));
-        let unlimited =
-            "Max address space         unlimited            unlimited            bytes\n";
-        assert_eq!(address_space_limit(unlimited), None);
-        let m = default_max_memory();
-        assert!(m >= 1 << 20, "{m}");
-    }
 
     #[test]
     fn grid_limits_use_wide_arithmetic() {

@@ -6,7 +6,74 @@ use tilegen_device::{
 };
 use tilegen_mx::attention::{AttentionError, AttentionInputs, AttentionShape};
 
-use super::spec::AttentionKernels;
+use super::spec::{AttentionKernels, AttentionSpec};
+
+impl AttentionSpec {
+    /// Checks that a problem of shape `s` fits this spec and the kernel's index ranges, from the
+    /// shape alone, so it can run before any input is made: head counts and page size as built,
+    /// every buffer the kernel addresses with 32-bit offsets below 2^31 bytes, and the grid and
+    /// the scalar arguments (batch, table stride, cache rows) within their 32-bit fields.
+    pub fn check_shape(&self, s: &AttentionShape) -> Result<(), AttentionLaunchError> {
+        s.validate()?;
+        let v = self.values();
+        let want = (
+            v.q_heads as usize,
+            v.kv_heads as usize,
+            v.head_dim as usize,
+            v.page_size as usize,
+        );
+        let have = (s.q_heads, s.kv_heads, s.head_dim, s.page_size);
+        if want != have {
+            return Err(AttentionLaunchError::Mismatch(format!(
+                "(q_heads, kv_heads, head_dim, page_size) = {have:?}, the kernel was built for {want:?}"
+            )));
+        }
+        let (batch, d) = (s.batch as u64, s.head_dim as u64);
+        let parts = self.partials() as u64;
+        let size = |what: &'static str, factors: &[u64]| {
+            tilegen_host::product(what, factors)
+                .map_err(|source| AttentionLaunchError::Overflow { what, source })
+        };
+        for (what, value, unit) in [
+            (
+                "K or V cache",
+                size("K or V cache", &[s.cache_rows as u64, s.kv_heads as u64, d])?,
+                "bytes",
+            ),
+            (
+                "queries",
+                size("queries", &[batch, s.q_heads as u64, d, 2])?,
+                "bytes",
+            ),
+            (
+                "partial outputs",
+                size("partial outputs", &[batch, s.q_heads as u64, parts, d, 4])?,
+                "bytes",
+            ),
+            (
+                "block table",
+                size("block table", &[batch, s.table_stride as u64, 4])?,
+                "bytes",
+            ),
+            // The grid's x: one workgroup per (sequence, KV head), and per query row in the
+            // reduce pass; the kernel takes batch, stride and rows as i32.
+            (
+                "reduce grid",
+                size("reduce grid", &[batch, s.q_heads as u64])?,
+                "workgroups",
+            ),
+            ("cache", s.cache_rows as u64, "rows"),
+            ("block table's stride", s.table_stride as u64, "entries"),
+        ] {
+            // Offsets are non-negative i32; a lane masked off points at the buffer's end, whose
+            // sum with a uniform offset inside the buffer stays below 2^32.
+            if value > i32::MAX as u64 {
+                return Err(AttentionLaunchError::TooLarge { what, value, unit });
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Why an attention problem could not run.
 #[derive(Debug, thiserror::Error)]
@@ -17,13 +84,26 @@ pub enum AttentionLaunchError {
     /// The inputs break a rule of their own (lengths, indices).
     #[error(transparent)]
     Inputs(#[from] AttentionError),
-    /// A size does not fit the kernel's 32-bit offsets.
-    #[error("{what} = {bytes} bytes: the kernel addresses at most 2^31 - 1 bytes per buffer")]
+    /// A size does not fit the kernel's 32-bit offsets or fields.
+    #[error(
+        "the {what} is {value} {unit}, more than the 2^31 - 1 the kernel's signed 32-bit offsets and arguments allow"
+    )]
     TooLarge {
-        /// The buffer.
+        /// The buffer or argument.
         what: &'static str,
         /// Its size.
-        bytes: u64,
+        value: u64,
+        /// What `value` counts (bytes, rows, workgroups).
+        unit: &'static str,
+    },
+    /// A size overflows 64 bits.
+    #[error("the size of the {what} overflows")]
+    Overflow {
+        /// The buffer.
+        what: &'static str,
+        /// The checked product's error.
+        #[source]
+        source: tilegen_host::SizeError,
     },
     /// The device failed.
     #[error(transparent)]
@@ -74,37 +154,7 @@ impl AttentionKernels {
     /// Checks that `inputs` fit this spec and the kernel's index ranges, before anything is
     /// allocated: shapes, lengths, every page a context uses inside the cache.
     pub fn check_inputs(&self, inputs: &AttentionInputs<'_>) -> Result<(), AttentionLaunchError> {
-        let s = inputs.shape;
-        let spec = &self.spec;
-        s.validate()?;
-        let want = (
-            spec.values().q_heads as usize,
-            spec.values().kv_heads as usize,
-            spec.values().head_dim as usize,
-            spec.values().page_size as usize,
-        );
-        let have = (s.q_heads, s.kv_heads, s.head_dim, s.page_size);
-        if want != have {
-            return Err(AttentionLaunchError::Mismatch(format!(
-                "(q_heads, kv_heads, head_dim, page_size) = {have:?}, the kernel was built for {want:?}"
-            )));
-        }
-        // Everything the kernel addresses in 32 bits.
-        let d = s.head_dim as u64;
-        let parts = spec.partials() as u64;
-        let rows = (s.batch * s.q_heads) as u64;
-        for (what, bytes) in [
-            ("cache", s.cache_rows as u64 * s.kv_heads as u64 * d),
-            ("queries", rows * d * 2),
-            ("partial outputs", rows * parts * d * 4),
-            ("block table", s.batch as u64 * s.table_stride as u64 * 4),
-        ] {
-            // Offsets are non-negative i32; a lane masked off points at the buffer's end, whose
-            // sum with a uniform offset inside the buffer stays below 2^32.
-            if bytes > i32::MAX as u64 {
-                return Err(AttentionLaunchError::TooLarge { what, bytes });
-            }
-        }
+        self.spec.check_shape(&inputs.shape)?;
         // The reference's own checks: lengths, every used page inside the cache.
         tilegen_mx::attention::check_inputs(inputs)?;
         Ok(())
