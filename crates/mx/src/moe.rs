@@ -73,7 +73,7 @@ const U32: f64 = 1.0 / (1u64 << 24) as f64;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MoeRefError {
     /// The layer's sizes break a rule.
-    #[error("MoE layer {shape:?}: {rule}")]
+    #[error("MoE layer of {shape}: {rule}")]
     Shape {
         /// The sizes.
         shape: MoeShape,
@@ -159,6 +159,16 @@ pub struct MoeShape {
     pub hidden: usize,
     /// Intermediate size of one expert (outputs of the activation).
     pub inter: usize,
+}
+
+impl std::fmt::Display for MoeShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} experts top-{}, hidden {}, intermediate {}",
+            self.experts, self.topk, self.hidden, self.inter
+        )
+    }
 }
 
 impl MoeShape {

@@ -65,7 +65,7 @@ pub enum MoeSpecError {
         rule: String,
     },
     /// The layer's sizes.
-    #[error("MoE shape {shape:?}: {rule}")]
+    #[error("MoE layer of {shape}: {rule}")]
     Shape {
         /// The sizes.
         shape: MoeShape,
@@ -263,8 +263,10 @@ impl MoeSpec {
                 rule,
             })
         };
-        if let Err(e) = shape.validate() {
-            return fail(e.to_string());
+        match shape.validate() {
+            Ok(()) => {}
+            Err(tilegen_mx::moe::MoeRefError::Shape { rule, .. }) => return fail(rule),
+            Err(e) => return fail(e.to_string()),
         }
         let (hp, ip) = (shape.hidden_padded() as u64, shape.inter_padded() as u64);
         if !hp.is_multiple_of(u64::from(self.gate_up.bk_elems)) {
