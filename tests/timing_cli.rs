@@ -1,7 +1,11 @@
 //! The timing model on the command line: `tilegen emu time`, `emu run --timing` and `gemm
 //! --timing` / `--timing-only`, through the binary.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use tilegen_testkit::{Ending, run_capped};
 
 fn tilegen(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tilegen"))
@@ -160,4 +164,117 @@ fn model_flags_without_timing_are_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A `--params` file in `dir` that sets `table.key` to the TOML number `value`.
+fn params_file(dir: &Path, table: &str, key: &str, value: &str) -> PathBuf {
+    let path = dir.join(format!("{table}.{key}.{value}.toml"));
+    std::fs::write(
+        &path,
+        format!("[{table}]\n{key} = {{ value = {value}, source = \"hostile\" }}\n"),
+    )
+    .unwrap();
+    path
+}
+
+/// Parameter files that used to abort allocating terabytes, panic (capacity overflow, a
+/// division by zero), never finish, or predict from NaN or from no CUs: each is refused with
+/// exit status 1 by `gemm --timing-only` and by `emu time`, naming the entry and its bound,
+/// under a memory cap and a deadline; a valid file still predicts.
+#[test]
+fn hostile_timing_parameters_are_refused_by_gemm_and_emu_time() {
+    const CAP: u64 = 3 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let hsaco = dir.path().join("k.hsaco");
+    let built = tilegen(&["build", "-o", hsaco.to_str().unwrap()]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let bin = Path::new(env!("CARGO_BIN_EXE_tilegen"));
+        run_capped(bin, &args, &[], CAP, Duration::from_secs(60)).unwrap()
+    };
+    let gemm = [
+        "gemm",
+        "--m",
+        "256",
+        "--n",
+        "256",
+        "--k",
+        "1024",
+        "--timing-only",
+        "--json",
+    ];
+    let time = [
+        "emu",
+        "time",
+        hsaco.to_str().unwrap(),
+        "--grid",
+        "2,4",
+        "--block",
+        "128",
+        "--json",
+        "--arg",
+        "zero:131072",
+        "--arg",
+        "zero:131072",
+        "--arg",
+        "zero:262144",
+        "--arg",
+        "zero:8192",
+        "--arg",
+        "zero:16384",
+        "--arg",
+        "i32:256",
+        "--arg",
+        "i32:256",
+        "--arg",
+        "i32:1024",
+    ];
+    let cases = [
+        ("gpu", "cus_per_xcd", "1e12", "a whole number from 1 to 64"),
+        ("vmem", "l1_bytes", "inf", "from 1024 to 262144"),
+        ("vmem", "l1_bytes", "1e18", "from 1024 to 262144"),
+        ("vmem", "l2_bytes", "1e15", "from 1024 to 16777216"),
+        ("vmem", "l2_channels", "1e12", "from 1 to 64"),
+        ("gpu", "xcds", "1e12", "from 1 to 16"),
+        ("gpu", "cus_per_xcd", "1e300", "from 1 to 64"),
+        ("gpu", "cus_per_xcd", "9223372036854775807", "from 1 to 64"),
+        ("issue", "slot_cycles", "1e300", "from 4 to 16"),
+        ("issue", "slot_cycles", "1e-300", "from 4 to 16"),
+        ("vmem", "max_vmcnt", "nan", "6-bit counter"),
+        ("gpu", "cus_per_xcd", "1e-300", "from 1 to 64"),
+        ("vmem", "mall_latency_ns", "-1", "from 0 to 100000"),
+    ];
+    let mut refusals = 0;
+    for (table, key, value, bound) in cases {
+        let file = params_file(dir.path(), table, key, value);
+        for command in [&gemm[..], &time[..]] {
+            let mut args = command.to_vec();
+            args.extend(["--params", file.to_str().unwrap()]);
+            let o = run(&args);
+            assert_eq!(o.ending, Ending::Exit(1), "{table}.{key} = {value}: {o:?}");
+            let entry = format!("timing parameter {table}.{key} = ");
+            assert!(
+                o.stderr.contains(&entry) && o.stderr.contains(bound),
+                "{table}.{key} = {value}: {}",
+                o.stderr
+            );
+            assert!(o.stdout.is_empty(), "{}", o.stdout);
+            refusals += 1;
+        }
+    }
+    assert_eq!(refusals, 26);
+    // A file within the bounds predicts, through both commands.
+    let fine = params_file(dir.path(), "gpu", "cus_per_xcd", "16");
+    for command in [&gemm[..], &time[..]] {
+        let mut args = command.to_vec();
+        args.extend(["--params", fine.to_str().unwrap()]);
+        let o = run(&args);
+        assert_eq!(o.ending, Ending::Success, "{o:?}");
+        assert!(o.stdout.contains("\"us\""), "{}", o.stdout);
+    }
 }

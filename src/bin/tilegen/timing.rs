@@ -55,8 +55,10 @@ pub enum TimedArg {
 }
 
 impl ModelArgs {
-    /// Checks the outputs before any work (the trace file).
+    /// Checks the parameter file and the outputs before any work (the kernel is built only
+    /// after a bad `--params` has been refused); returns the trace file's output.
     pub fn check(&self) -> Result<Option<Output>> {
+        self.params()?;
         self.trace
             .as_deref()
             .map(|p| Output::check(p).with_context(|| format!("--trace {}", p.display())))

@@ -25,7 +25,7 @@
 use std::fmt::Write as _;
 
 use rayon::prelude::*;
-use tilegen_emu::timing::{Param, Params};
+use tilegen_emu::timing::{Number, Param, Params};
 
 use crate::calibrate::{CalibrationRow, PredictError, TimingModel};
 use crate::error::AiterError;
@@ -47,7 +47,10 @@ const GAIN: f64 = 1e-3;
 /// percentage point).
 const FLAT: f64 = 5e-3;
 
-/// A free parameter: its dotted name in `params.toml`, its range and how to reach it.
+/// A free parameter: its dotted name in `params.toml`, the range the search tries and how to
+/// reach it. The range lies within the entry's bound in `Params::bounds` (a test checks
+/// it), so every candidate the search scores is a valid parameter table; whether the value
+/// is a whole number comes from that bound.
 #[derive(Clone, Copy)]
 pub struct FreeParam {
     /// `table.entry` in `params.toml`.
@@ -56,8 +59,6 @@ pub struct FreeParam {
     pub min: f64,
     /// Largest value tried.
     pub max: f64,
-    /// Whether the value is a whole number (cycles).
-    pub integer: bool,
     entry: fn(&mut Params) -> &mut Param,
 }
 
@@ -69,42 +70,36 @@ pub const FREE: [FreeParam; 13] = [
         name: "clock.mfma_sustained_ghz",
         min: 0.8,
         max: 2.4,
-        integer: false,
         entry: |p| &mut p.clock.mfma_sustained_ghz,
     },
     FreeParam {
         name: "vmem.hbm_latency_ns",
         min: 20.0,
         max: 3000.0,
-        integer: false,
         entry: |p| &mut p.vmem.hbm_latency_ns,
     },
     FreeParam {
         name: "vmem.hbm_loaded_latency_ns",
         min: 0.0,
         max: 3000.0,
-        integer: false,
         entry: |p| &mut p.vmem.hbm_loaded_latency_ns,
     },
     FreeParam {
         name: "vmem.hbm_gbs",
         min: 2000.0,
         max: 8000.0,
-        integer: false,
         entry: |p| &mut p.vmem.hbm_gbs,
     },
     FreeParam {
         name: "vmem.mall_latency_ns",
         min: 20.0,
         max: 2000.0,
-        integer: false,
         entry: |p| &mut p.vmem.mall_latency_ns,
     },
     FreeParam {
         name: "vmem.mall_gbs",
         min: 2000.0,
         max: 40000.0,
-        integer: false,
         entry: |p| &mut p.vmem.mall_gbs,
     },
     // The documented 128 B/clock of an L2 channel is a peak; the rate a channel sustains
@@ -113,54 +108,52 @@ pub const FREE: [FreeParam; 13] = [
         name: "vmem.l2_channel_bytes_per_cycle",
         min: 32.0,
         max: 128.0,
-        integer: false,
         entry: |p| &mut p.vmem.l2_channel_bytes_per_cycle,
     },
     FreeParam {
         name: "vmem.l2_hit_latency_cycles",
         min: 40.0,
         max: 2000.0,
-        integer: true,
         entry: |p| &mut p.vmem.l2_hit_latency_cycles,
     },
     FreeParam {
         name: "clock.workgroup_dispatch_cycles",
         min: 10.0,
         max: 5000.0,
-        integer: true,
         entry: |p| &mut p.clock.workgroup_dispatch_cycles,
     },
     FreeParam {
         name: "vmem.l1_hit_latency_cycles",
         min: 20.0,
         max: 1000.0,
-        integer: true,
         entry: |p| &mut p.vmem.l1_hit_latency_cycles,
     },
     FreeParam {
         name: "salu.smem_latency_cycles",
         min: 20.0,
         max: 2000.0,
-        integer: true,
         entry: |p| &mut p.salu.smem_latency_cycles,
     },
     FreeParam {
         name: "vmem.store_ack_latency_cycles",
         min: 20.0,
         max: 4000.0,
-        integer: true,
         entry: |p| &mut p.vmem.store_ack_latency_cycles,
     },
     FreeParam {
         name: "issue.barrier_latency_cycles",
         min: 4.0,
         max: 400.0,
-        integer: true,
         entry: |p| &mut p.issue.barrier_latency_cycles,
     },
 ];
 
 impl FreeParam {
+    /// Whether the entry holds whole numbers (cycles), as its bound says.
+    pub fn integer(&self) -> bool {
+        Params::bound(self.name).is_some_and(|b| b.number != Number::Real)
+    }
+
     /// The parameter's value in `p`.
     pub fn get(&self, p: &Params) -> f64 {
         let mut q = p.clone();
@@ -171,7 +164,7 @@ impl FreeParam {
     pub fn with(&self, p: &Params, v: f64) -> Params {
         let mut q = p.clone();
         let v = v.clamp(self.min, self.max);
-        (self.entry)(&mut q).value = if self.integer { v.round() } else { v };
+        (self.entry)(&mut q).value = if self.integer() { v.round() } else { v };
         q
     }
 
@@ -509,6 +502,34 @@ mod tests {
         assert!((o - (0.05 + 0.09)).abs() < 1e-12, "{o}");
         let (l, best) = best_launch(&kernel, &measured);
         assert!(best < o && (2.0..=3.0).contains(&l), "{l} {best}");
+    }
+
+    #[test]
+    fn the_search_ranges_lie_within_the_parameter_bounds() {
+        for f in FREE {
+            let b = Params::bound(f.name).unwrap_or_else(|| panic!("{} has no bound", f.name));
+            assert!(
+                b.min <= f.min && f.min < f.max && f.max <= b.max,
+                "{}: tried from {} to {}, bound {b}",
+                f.name,
+                f.min,
+                f.max
+            );
+            // Every candidate (rounded where whole) is a value the model accepts.
+            for v in [f.min, f.max, (f.min + f.max) / 2.0] {
+                let x = f.get(&f.with(&Params::mi355x(), v));
+                assert!(b.admits(x), "{} = {x}", f.name);
+            }
+        }
+        // Clock cycles are whole numbers; times in ns, rates and clocks are not.
+        for f in FREE {
+            assert_eq!(f.integer(), f.name.ends_with("_cycles"), "{}", f.name);
+        }
+        let launch = Params::bound("clock.launch_overhead_us").unwrap();
+        assert!(launch.min <= 0.0 && MAX_LAUNCH_US <= launch.max);
+        for l in [0.0, 0.01 * (MAX_LAUNCH_US * 100.0).floor()] {
+            assert!(launch.admits(l));
+        }
     }
 
     #[test]

@@ -166,7 +166,7 @@ pub(crate) struct Knobs {
 
 impl Knobs {
     pub(crate) fn new(p: &Params) -> Knobs {
-        let slot = p.issue.slot_cycles.count().max(1);
+        let slot = p.issue.slot_cycles.positive().get();
         Knobs {
             slot,
             simds: p.gpu.simds_per_cu.count().clamp(1, 16) as usize,
@@ -179,15 +179,15 @@ impl Knobs {
             lds_latency: p.lds.latency_cycles.count(),
             lds_read_bpc: p.lds.port_bytes_per_cycle.get(),
             lds_write_bpc: p.lds.write_bytes_per_cycle.get(),
-            lds_pass_bytes: p.lds.pass_bytes.count().max(1),
+            lds_pass_bytes: p.lds.pass_bytes.positive().get(),
             // An LDS port and the addresser take a few instructions ahead of time.
             lds_queue: 4 * slot,
             vmem_bpc: p.vmem.issue_bytes_per_cycle.get(),
-            vmem_min: p.vmem.min_issue_cycles.count().max(1),
+            vmem_min: p.vmem.min_issue_cycles.positive().get(),
             vmem_queue: 16 * slot,
             l1_latency: p.vmem.l1_hit_latency_cycles.count(),
-            max_vm: p.vmem.max_vmcnt.count().max(1) as usize,
-            max_lgkm: p.vmem.max_lgkmcnt.count().max(1) as usize,
+            max_vm: p.vmem.max_vmcnt.positive().get() as usize,
+            max_lgkm: p.vmem.max_lgkmcnt.positive().get() as usize,
             branch_taken: p.issue.branch_taken_cycles.count().max(slot),
             branch_not_taken: p.issue.branch_not_taken_cycles.count().max(slot),
             barrier_latency: p.issue.barrier_latency_cycles.count(),

@@ -83,8 +83,20 @@ pub(crate) fn uses_mfma(prog: &Program) -> bool {
     })
 }
 
-/// The occupancy of `prog` launched with `block` work-items and `dynamic_lds` bytes.
+/// The occupancy of `prog` launched with `block` work-items and `dynamic_lds` bytes (`p` is
+/// validated first).
 pub fn occupancy(
+    prog: &Program,
+    block: [u32; 3],
+    dynamic_lds: u32,
+    p: &Params,
+) -> Result<Occupancy, TimingError> {
+    p.validate()?;
+    occupancy_of(prog, block, dynamic_lds, p)
+}
+
+/// [`occupancy`] under parameters already validated.
+pub(crate) fn occupancy_of(
     prog: &Program,
     block: [u32; 3],
     dynamic_lds: u32,
@@ -117,7 +129,7 @@ pub fn occupancy(
         waves_per_simd = by_sgpr;
         limiter = Limiter::Sgprs;
     }
-    let simds = g.simds_per_cu.count().max(1);
+    let simds = g.simds_per_cu.positive().get();
     let per_simd_needed = (waves as u64).div_ceil(simds);
     let mut wgs = if per_simd_needed > waves_per_simd {
         0

@@ -179,7 +179,7 @@ impl InstInfo {
     pub(crate) fn new(i: &Inst, params: &Params) -> InstInfo {
         let class = classify(i);
         let m = i.mnemonic();
-        let slot = params.issue.slot_cycles.count().max(1) as u32;
+        let slot = params.issue.slot_cycles.positive().get() as u32;
         let mut info = InstInfo {
             unit: Unit::Internal,
             category: None,

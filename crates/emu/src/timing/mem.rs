@@ -4,6 +4,7 @@
 //! for the bytes queued before it).
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
 
 use serde::Serialize;
 
@@ -67,7 +68,7 @@ pub(crate) struct Cache {
 
 impl Cache {
     /// A cache of `bytes` in lines of `line` bytes with `sets` sets.
-    pub(crate) fn new(bytes: u64, line: u64, sets: u64) -> Cache {
+    pub(crate) fn new(bytes: u64, line: NonZeroU64, sets: u64) -> Cache {
         let lines = (bytes / line).max(1);
         let sets = sets.clamp(1, lines) as usize;
         let ways = (lines as usize / sets).max(1);
@@ -352,15 +353,15 @@ impl MemSystem {
         shares: Vec<f64>,
     ) -> MemSystem {
         let v = &p.vmem;
-        let line = v.l1_line_bytes.count().max(1);
-        let channels = v.l2_channels.count().max(1) as usize;
+        let line = v.l1_line_bytes.positive();
+        let channels = v.l2_channels.positive().get() as usize;
         let l2_lines = v.l2_bytes.count() / line;
-        let ways = v.l2_ways.count().max(1);
+        let ways = v.l2_ways.positive();
         let per_cycle = |gbs: f64| gbs / clock_ghz;
         let ns = |ns: f64| ns * clock_ghz;
         MemSystem {
             line_shift: line.trailing_zeros(),
-            line_bytes: line,
+            line_bytes: line.get(),
             l1: (0..cus)
                 .map(|_| Cache::new(v.l1_bytes.count(), line, v.l1_sets.count()))
                 .collect(),
@@ -521,7 +522,8 @@ mod tests {
     #[test]
     fn lru_cache_hits_evicts_least_recent() {
         // 4 lines, 1 set: fully associative.
-        let mut c = Cache::new(4 * 128, 128, 1);
+        let line = NonZeroU64::new(128).unwrap();
+        let mut c = Cache::new(4 * 128, line, 1);
         for l in 0..4 {
             assert!(!c.access(l));
         }
@@ -530,7 +532,7 @@ mod tests {
         assert!(c.access(0) && c.access(2) && c.access(3) && c.access(4));
         assert!(!c.access(1));
         // Sets split the lines by line number.
-        let mut s = Cache::new(4 * 128, 128, 4);
+        let mut s = Cache::new(4 * 128, line, 4);
         assert!(!s.access(0) && !s.access(4), "same set, one way each");
         assert!(!s.access(0), "line 4 evicted line 0");
     }

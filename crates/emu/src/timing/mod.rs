@@ -77,8 +77,8 @@ pub use cu::{Reason, StallBreakdown};
 pub use gpu::{Limiter, Occupancy, occupancy};
 pub use mem::MemoryReport;
 pub use params::{
-    ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, MfmaPassRule, Param, Params,
-    ParamsError, SaluParams, ValuParams, VmemParams,
+    ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, MfmaPassRule, Number, Param,
+    ParamBound, Params, ParamsError, SaluParams, ValuParams, VmemParams,
 };
 pub use trace::{Trace, TraceOptions};
 
@@ -308,7 +308,8 @@ pub fn write_trace<W: std::io::Write>(trace: &Trace, w: W) -> Result<(), TimingE
 
 /// Predicts how long `prog` runs on an MI355X when launched as `launch`. `memory` holds the
 /// kernel's buffers (use [`DeviceMemory::alloc_lazy`] for full-size zero buffers); the
-/// simulated workgroups really execute, so they read and write it.
+/// simulated workgroups really execute, so they read and write it. `params` is validated
+/// first (its fields are public, so it may have been changed since it was read).
 pub fn predict(
     memory: &mut DeviceMemory,
     prog: &Program,
@@ -316,9 +317,10 @@ pub fn predict(
     params: &Params,
     opts: &TimingOptions,
 ) -> Result<Prediction, TimingError> {
-    let occ = occupancy(prog, launch.block, launch.dynamic_lds, params)?;
-    let xcds = params.gpu.xcds.count().max(1) as usize;
-    let cpx = params.gpu.cus_per_xcd.count().max(1) as usize;
+    params.validate()?;
+    let occ = gpu::occupancy_of(prog, launch.block, launch.dynamic_lds, params)?;
+    let xcds = params.gpu.xcds.positive().get() as usize;
+    let cpx = params.gpu.cus_per_xcd.positive().get() as usize;
     let cap = occ.workgroups_per_cu as u64;
     let total_wgs: u64 = launch.grid.iter().map(|&g| g as u64).product();
     let clock = if gpu::uses_mfma(prog) {
@@ -371,8 +373,8 @@ fn run(
     sim_cus: usize,
     total_wgs: u64,
 ) -> Result<Prediction, TimingError> {
-    let xcds = params.gpu.xcds.count().max(1);
-    let cpx = params.gpu.cus_per_xcd.count().max(1);
+    let xcds = params.gpu.xcds.positive().get();
+    let cpx = params.gpu.cus_per_xcd.positive().get();
     let gpu_cus = xcds * cpx;
     let cap = occ.workgroups_per_cu as u64;
     let infos: Vec<Option<InstInfo>> = (0..prog.instruction_count())
@@ -487,7 +489,7 @@ fn run(
                             &by_xcd,
                             instructions,
                             opts.exact_mfma,
-                            params.vmem.l1_line_bytes.count().max(1).trailing_zeros(),
+                            params.vmem.l1_line_bytes.positive().trailing_zeros(),
                         )?)
                     }
                 };

@@ -1,6 +1,16 @@
 //! The model's parameters: one TOML table ([`Params::DEFAULT_TOML`], embedded from
-//! `params.toml`) whose every entry carries its value and its source.
+//! `params.toml`) whose every entry carries its value and its source, and the one table of
+//! what each entry may hold ([`Params::bounds`]).
+//!
+//! A parameter file is user input: the model sizes host allocations, divides and loops by
+//! these numbers. [`Params::validate`] walks every entry of the tables (so an entry added
+//! without a bound is refused, and a unit test catches it) and requires a finite value within
+//! its declared bound, a whole number where the model counts or sizes with it. Every way to
+//! get a [`Params`] ([`Params::mi355x`], [`Params::from_toml_str`], [`Params::from_file`])
+//! validates, and [`predict`](super::predict) validates again, since the fields are public.
 
+use std::fmt;
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +35,13 @@ impl Param {
     /// The value as a non-negative whole number (rounded).
     pub fn count(&self) -> u64 {
         self.value.max(0.0).round() as u64
+    }
+
+    /// The value as a whole number of at least 1, for what the model divides by or needs
+    /// one of (CUs, channels, lines, slots). A validated entry whose bound starts at 1 holds
+    /// exactly this; anything else reads as 1 rather than a division by zero.
+    pub fn positive(&self) -> NonZeroU64 {
+        NonZeroU64::new(self.count()).unwrap_or(NonZeroU64::MIN)
     }
 }
 
@@ -230,6 +247,423 @@ pub struct Params {
     pub vmem: VmemParams,
 }
 
+/// The kind of number an entry holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Number {
+    /// Any finite number within the range.
+    Real,
+    /// A whole number: the model counts, sizes or waits with it.
+    Whole,
+    /// A whole power of two: the model shifts by its logarithm.
+    PowerOfTwo,
+}
+
+/// What one entry may hold: a closed range, the kind of number, and why the bound is what
+/// it is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParamBound {
+    /// Smallest value allowed.
+    pub min: f64,
+    /// Largest value allowed.
+    pub max: f64,
+    /// Whole numbers, powers of two or any number.
+    pub number: Number,
+    /// Why, in a few words (what the hardware has and how far the model goes).
+    pub why: &'static str,
+}
+
+impl ParamBound {
+    const fn real(min: f64, max: f64, why: &'static str) -> ParamBound {
+        ParamBound {
+            min,
+            max,
+            number: Number::Real,
+            why,
+        }
+    }
+
+    const fn whole(min: f64, max: f64, why: &'static str) -> ParamBound {
+        ParamBound {
+            min,
+            max,
+            number: Number::Whole,
+            why,
+        }
+    }
+
+    const fn power_of_two(min: f64, max: f64, why: &'static str) -> ParamBound {
+        ParamBound {
+            min,
+            max,
+            number: Number::PowerOfTwo,
+            why,
+        }
+    }
+
+    /// Whether `v` is finite, within the range and of the right kind.
+    pub fn admits(&self, v: f64) -> bool {
+        // NaN fails every comparison, so it falls out here with the infinities.
+        if !(v.is_finite() && v >= self.min && v <= self.max) {
+            return false;
+        }
+        match self.number {
+            Number::Real => true,
+            Number::Whole => v.fract() == 0.0,
+            // Within range, so at most 2^53 and exact as an integer.
+            Number::PowerOfTwo => v.fract() == 0.0 && (v as u64).is_power_of_two(),
+        }
+    }
+}
+
+impl fmt::Display for ParamBound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.number {
+            Number::Real => "a number",
+            Number::Whole => "a whole number",
+            Number::PowerOfTwo => "a power of two",
+        };
+        write!(
+            f,
+            "{kind} from {} to {} ({})",
+            Shown(self.min),
+            Shown(self.max),
+            self.why
+        )
+    }
+}
+
+/// A number as a person reads it: whole numbers in full up to 10^15, very large or very
+/// small ones in exponent form (a 1e300 is not printed with its 301 digits).
+struct Shown(f64);
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        let a = v.abs();
+        if !v.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
+            write!(f, "{v}")
+        } else {
+            write!(f, "{v:e}")
+        }
+    }
+}
+
+// What the bounds allow the model to allocate and compute, so a file within them cannot
+// exhaust the host or stall the simulation:
+// * CUs: `Method::Rounds` simulates at most `gpu.cus_per_xcd` (64) CUs, `Method::Full` every
+//   CU, `gpu.xcds x gpu.cus_per_xcd` = 16 x 64 = 1,024, on 16 XCDs; the products of CUs,
+//   workgroups per CU (64) and XCDs that size a round are at most 2^16.
+// * The vL1D of each simulated CU holds `vmem.l1_bytes / vmem.l1_line_bytes` <= 256 KiB / 64
+//   B = 4,096 lines of 24 bytes (tag, last use, fill time): 96 KiB per CU, 6 MiB for a round,
+//   96 MiB for a full simulation. A lookup scans one set: at most 4,096 ways.
+// * The L2 of each simulated XCD holds `vmem.l2_bytes / vmem.l1_line_bytes` <= 16 MiB / 64 B
+//   = 262,144 lines: 6 MiB per XCD, 96 MiB for 16; a lookup scans `vmem.l2_ways` <= 64 ways;
+//   `vmem.l2_channels` <= 64 bandwidth servers per XCD.
+// * The MALL keeps the lines the simulated workgroups touch, up to `vmem.mall_bytes /
+//   vmem.l1_line_bytes` <= 1 GiB / 64 B = 16 Mi lines, reached only by a kernel that touches
+//   a gigabyte in one simulated round.
+// * Resident waves (a 128 KiB register file each) are checked against the emulator's memory
+//   limit when the launch is prepared; per CU there are at most `gpu.simds_per_cu x
+//   gpu.max_waves_per_simd` = 4 x 16 of them.
+// * Time: latencies up to 100,000 clocks (10^5 ns), bandwidths of at least 1 byte per clock
+//   for a unit of a CU and 100 GB/s for the GPU, and s_sleep units up to 10,000 clocks keep
+//   simulated times of any real kernel far inside 64-bit cycle counts; `issue.slot_cycles` <= 16 and MFMA passes
+//   <= 64 keep an instruction's busy time within 32 bits.
+// * The bounds hold every value `aiter-calibrate --fit` tries (its ranges are checked
+//   against these by its tests).
+
+/// Clocks, as the model's clock is one number per kernel: divides cycle counts into time.
+const CLOCK_GHZ: ParamBound = ParamBound::real(
+    0.1,
+    10.0,
+    "gfx950 peaks at 2.4 GHz; an engine clock of 0.1 to 10 GHz modelled",
+);
+/// Latencies of a pipeline inside a CU, in clocks.
+const PIPE_CYCLES: ParamBound = ParamBound::whole(
+    0.0,
+    10_000.0,
+    "a pipeline latency inside a CU, tens of clocks on gfx950; up to 10,000 modelled",
+);
+/// Clocks a unit is busy with one instruction.
+const BUSY_CYCLES: ParamBound = ParamBound::whole(
+    1.0,
+    1_000.0,
+    "clocks one instruction occupies its unit: 4 to 16 on gfx950; 1 to 1,000 modelled",
+);
+/// Latencies through the memory system and launch machinery, in clocks.
+const MEMORY_CYCLES: ParamBound = ParamBound::whole(
+    0.0,
+    100_000.0,
+    "a memory or dispatch latency, hundreds of clocks on gfx950; up to 100,000 modelled",
+);
+/// Latencies through the memory system, in nanoseconds.
+const MEMORY_NS: ParamBound = ParamBound::real(
+    0.0,
+    100_000.0,
+    "a memory latency, hundreds of ns on gfx950; up to 100 us modelled",
+);
+/// Hazard wait states (each one issue slot).
+const WAIT_STATES: ParamBound = ParamBound::whole(
+    0.0,
+    100.0,
+    "hazard wait states: under 20 on gfx950; up to 100 modelled",
+);
+/// Bytes per clock of one unit inside a CU (divides bytes into clocks).
+const UNIT_BYTES_PER_CYCLE: ParamBound = ParamBound::real(
+    1.0,
+    1_024.0,
+    "bytes per clock of one unit: 64 to 128 on gfx950; 1 to 1,024 modelled",
+);
+/// GPU-wide bandwidths in GB/s (divided by the clock into bytes per clock).
+const GPU_GBS: ParamBound = ParamBound::real(
+    100.0,
+    200_000.0,
+    "a GPU-wide bandwidth: 8 TB/s HBM on gfx950; 0.1 to 200 TB/s modelled",
+);
+
+/// Every entry's bound by dotted name (`table.entry`), in the order of `params.toml`; the
+/// one place the bounds live. See the comment above for what they allow the model to
+/// allocate.
+const BOUNDS: [(&str, ParamBound); 57] = [
+    ("clock.peak_ghz", CLOCK_GHZ),
+    ("clock.mfma_sustained_ghz", CLOCK_GHZ),
+    (
+        "clock.launch_overhead_us",
+        ParamBound::real(0.0, 1_000.0, "a launch costs a few us; up to 1 ms modelled"),
+    ),
+    ("clock.workgroup_dispatch_cycles", MEMORY_CYCLES),
+    (
+        "gpu.xcds",
+        ParamBound::whole(1.0, 16.0, "gfx950 has 8 XCDs; up to 16 modelled"),
+    ),
+    (
+        "gpu.cus_per_xcd",
+        ParamBound::whole(
+            1.0,
+            64.0,
+            "gfx950 has 32 CUs per XCD, MI300X 38; up to 64 modelled",
+        ),
+    ),
+    // At most 4, so a 4-clock issue slot (the least `issue.slot_cycles` allows) serves every
+    // SIMD: the issue loop gives SIMD `s` the clocks `t` with `t mod slot = s`.
+    (
+        "gpu.simds_per_cu",
+        ParamBound::whole(
+            1.0,
+            4.0,
+            "a CDNA CU has 4 SIMDs, each served once per issue slot",
+        ),
+    ),
+    (
+        "gpu.max_waves_per_simd",
+        ParamBound::whole(
+            1.0,
+            16.0,
+            "gfx950 holds 8 waves per SIMD, gfx9 10; up to 16 modelled",
+        ),
+    ),
+    (
+        "gpu.vgprs_per_lane",
+        ParamBound::whole(
+            64.0,
+            1_024.0,
+            "gfx950 has 512 VGPRs+AGPRs per lane; 64 to 1,024 modelled",
+        ),
+    ),
+    (
+        "gpu.vgpr_granule",
+        ParamBound::whole(1.0, 64.0, "gfx950 allocates VGPRs in 8s; 1 to 64 modelled"),
+    ),
+    (
+        "gpu.sgprs_per_simd",
+        ParamBound::whole(
+            16.0,
+            4_096.0,
+            "gfx950 has 800 SGPRs per SIMD; 16 to 4,096 modelled",
+        ),
+    ),
+    (
+        "gpu.sgpr_granule",
+        ParamBound::whole(1.0, 64.0, "gfx950 allocates SGPRs in 16s; 1 to 64 modelled"),
+    ),
+    (
+        "gpu.sgpr_extra",
+        ParamBound::whole(
+            0.0,
+            16.0,
+            "VCC, flat scratch and XNACK take 6 SGPRs on gfx9; up to 16 modelled",
+        ),
+    ),
+    (
+        "gpu.lds_bytes_per_cu",
+        ParamBound::whole(
+            1_024.0,
+            1_048_576.0,
+            "gfx950 has 160 KiB of LDS per CU; 1 KiB to 1 MiB modelled",
+        ),
+    ),
+    (
+        "gpu.lds_granule_bytes",
+        ParamBound::whole(
+            1.0,
+            65_536.0,
+            "gfx950 allocates LDS in 1,280-byte blocks; 1 byte to 64 KiB modelled",
+        ),
+    ),
+    (
+        "gpu.max_workgroups_per_cu",
+        ParamBound::whole(
+            1.0,
+            64.0,
+            "gfx9 holds 32 workgroups per CU; up to 64 modelled",
+        ),
+    ),
+    (
+        "gpu.max_barrier_workgroups_per_cu",
+        ParamBound::whole(
+            1.0,
+            64.0,
+            "gfx950 has 16 barriers per CU; up to 64 modelled",
+        ),
+    ),
+    (
+        "issue.slot_cycles",
+        ParamBound::whole(
+            4.0,
+            16.0,
+            "a wave64 instruction takes 4 clocks on a 16-lane SIMD, and a slot serves each of at most 4 SIMDs once: 4 to 16 clocks modelled",
+        ),
+    ),
+    ("issue.branch_taken_cycles", PIPE_CYCLES),
+    ("issue.branch_not_taken_cycles", PIPE_CYCLES),
+    ("issue.barrier_latency_cycles", PIPE_CYCLES),
+    (
+        "issue.sleep_cycles_per_unit",
+        ParamBound::whole(
+            0.0,
+            10_000.0,
+            "s_sleep waits about 64 clocks per unit; up to 10,000 modelled",
+        ),
+    ),
+    ("valu.issue_cycles", BUSY_CYCLES),
+    ("valu.transcendental_cycles", BUSY_CYCLES),
+    ("valu.f64_cycles", BUSY_CYCLES),
+    ("valu.dependent_latency_cycles", PIPE_CYCLES),
+    ("valu.write_then_mfma_read_wait_states", WAIT_STATES),
+    ("valu.exec_write_then_mfma_wait_states", WAIT_STATES),
+    ("mfma.result_extra_wait_states", WAIT_STATES),
+    ("mfma.srcc_same_acc_wait_states", WAIT_STATES),
+    ("salu.latency_cycles", PIPE_CYCLES),
+    ("salu.smem_latency_cycles", MEMORY_CYCLES),
+    ("lds.latency_cycles", PIPE_CYCLES),
+    ("lds.port_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
+    (
+        "lds.pass_bytes",
+        ParamBound::whole(
+            4.0,
+            4_096.0,
+            "64 banks of 4 bytes pass 256 bytes on gfx950; one bank, 4, to 4,096 modelled",
+        ),
+    ),
+    ("lds.write_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
+    ("vmem.issue_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
+    ("vmem.min_issue_cycles", BUSY_CYCLES),
+    (
+        "vmem.max_vmcnt",
+        ParamBound::whole(1.0, 63.0, "vmcnt is a 6-bit counter"),
+    ),
+    (
+        "vmem.max_lgkmcnt",
+        ParamBound::whole(1.0, 15.0, "lgkmcnt is a 4-bit counter"),
+    ),
+    (
+        "vmem.l1_bytes",
+        ParamBound::whole(
+            1_024.0,
+            262_144.0,
+            "gfx950 has a 32 KiB vL1D per CU; 1 KiB to 256 KiB modelled",
+        ),
+    ),
+    // At least 64 bytes: a lane's access (at most 16 bytes) then spans at most two lines, and
+    // the caches hold at most the line counts of the comment above.
+    (
+        "vmem.l1_line_bytes",
+        ParamBound::power_of_two(
+            64.0,
+            1_024.0,
+            "gfx950's lines are 128 bytes; 64 to 1,024 modelled",
+        ),
+    ),
+    (
+        "vmem.l1_sets",
+        ParamBound::whole(
+            1.0,
+            4_096.0,
+            "gfx950's vL1D has 4 sets; up to 4,096, one per line, modelled",
+        ),
+    ),
+    ("vmem.l1_hit_latency_cycles", MEMORY_CYCLES),
+    (
+        "vmem.l2_bytes",
+        ParamBound::whole(
+            1_024.0,
+            16_777_216.0,
+            "gfx950 has 4 MiB of L2 per XCD; 1 KiB to 16 MiB modelled",
+        ),
+    ),
+    (
+        "vmem.l2_ways",
+        ParamBound::whole(1.0, 64.0, "CDNA's L2 is 16-way; 1 to 64 modelled"),
+    ),
+    (
+        "vmem.l2_channels",
+        ParamBound::whole(
+            1.0,
+            64.0,
+            "gfx950 has 16 L2 channels per XCD; 1 to 64 modelled",
+        ),
+    ),
+    ("vmem.l2_channel_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
+    ("vmem.l2_hit_latency_cycles", MEMORY_CYCLES),
+    (
+        "vmem.mall_bytes",
+        ParamBound::whole(
+            0.0,
+            1_073_741_824.0,
+            "gfx950 has 256 MiB of MALL; none to 1 GiB modelled",
+        ),
+    ),
+    ("vmem.mall_gbs", GPU_GBS),
+    ("vmem.mall_latency_ns", MEMORY_NS),
+    ("vmem.hbm_gbs", GPU_GBS),
+    ("vmem.hbm_latency_ns", MEMORY_NS),
+    ("vmem.hbm_loaded_latency_ns", MEMORY_NS),
+    (
+        "vmem.hbm_load_window_ns",
+        ParamBound::real(
+            1.0,
+            1_000_000.0,
+            "the HBM utilization average spans about 1 us; 1 ns to 1 ms modelled",
+        ),
+    ),
+    ("vmem.store_ack_latency_cycles", MEMORY_CYCLES),
+];
+
+/// The number of rules of the MFMA pass table: first match wins over the list, and a table
+/// without rules would time every matrix instruction with a guess.
+const PASS_RULES: ParamBound = ParamBound::whole(
+    1.0,
+    1_024.0,
+    "gfx950's first-match list has 14 rules; 1 to 1,024 modelled",
+);
+
+/// Passes of one matrix instruction (4 clocks each).
+const PASSES: ParamBound = ParamBound::whole(
+    1.0,
+    64.0,
+    "gfx950's longest matrix instructions take 16 passes; 1 to 64 modelled",
+);
+
 /// Why parameters could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ParamsError {
@@ -245,16 +679,33 @@ pub enum ParamsError {
         #[source]
         source: std::io::Error,
     },
-    /// A value is out of its range.
-    #[error("timing parameter {name} = {value} is out of range ({why})")]
+    /// A value is outside its entry's bound (or not finite, or not whole where the model
+    /// needs a whole number).
+    #[error("timing parameter {name} = {shown} is out of range: it must be {bound}", shown = Shown(*value))]
     Invalid {
-        /// Dotted name of the entry.
+        /// Dotted name of the entry (`mfma.passes[i].passes` for a rule of the pass table).
         name: String,
         /// Its value.
         value: f64,
-        /// What is required.
-        why: &'static str,
+        /// What the entry may hold.
+        bound: ParamBound,
     },
+    /// A rule of the MFMA pass table has an empty pattern.
+    #[error("timing parameter {name} is empty: a pass rule needs a mnemonic pattern")]
+    EmptyPattern {
+        /// `mfma.passes[i].pattern`.
+        name: String,
+    },
+    /// An entry of the tables has no declared bound: a defect of this crate (every entry
+    /// needs one in `Params::bounds`), caught by its unit tests.
+    #[error("timing parameter {name} has no declared bound")]
+    Unbounded {
+        /// Dotted name of the entry.
+        name: String,
+    },
+    /// The parameters could not be written as TOML for the walk over their entries.
+    #[error("timing parameters: writing them as TOML")]
+    Serialize(#[from] toml::ser::Error),
 }
 
 impl Default for Params {
@@ -269,7 +720,8 @@ impl Params {
 
     /// The default parameters of an MI355X.
     pub fn mi355x() -> Params {
-        // The embedded table is checked by a unit test; a broken build of it is a bug.
+        // The embedded table is validated like any file, and a unit test proves it passes;
+        // a failure here is a defect of the build, not of user input.
         Self::from_toml_str("").expect("the embedded params.toml is valid")
     }
 
@@ -299,82 +751,56 @@ impl Params {
         toml::to_string(self).unwrap_or_default()
     }
 
-    fn validate(&self) -> Result<(), ParamsError> {
-        let positive: [(&str, &Param); 22] = [
-            ("clock.peak_ghz", &self.clock.peak_ghz),
-            ("clock.mfma_sustained_ghz", &self.clock.mfma_sustained_ghz),
-            ("gpu.xcds", &self.gpu.xcds),
-            ("gpu.cus_per_xcd", &self.gpu.cus_per_xcd),
-            ("gpu.simds_per_cu", &self.gpu.simds_per_cu),
-            ("gpu.max_waves_per_simd", &self.gpu.max_waves_per_simd),
-            ("gpu.vgprs_per_lane", &self.gpu.vgprs_per_lane),
-            ("gpu.sgprs_per_simd", &self.gpu.sgprs_per_simd),
-            ("gpu.lds_bytes_per_cu", &self.gpu.lds_bytes_per_cu),
-            ("gpu.lds_granule_bytes", &self.gpu.lds_granule_bytes),
-            ("gpu.max_workgroups_per_cu", &self.gpu.max_workgroups_per_cu),
-            ("issue.slot_cycles", &self.issue.slot_cycles),
-            ("lds.port_bytes_per_cycle", &self.lds.port_bytes_per_cycle),
-            ("lds.pass_bytes", &self.lds.pass_bytes),
-            ("lds.write_bytes_per_cycle", &self.lds.write_bytes_per_cycle),
-            (
-                "vmem.issue_bytes_per_cycle",
-                &self.vmem.issue_bytes_per_cycle,
-            ),
-            ("vmem.l1_line_bytes", &self.vmem.l1_line_bytes),
-            ("vmem.l1_sets", &self.vmem.l1_sets),
-            ("vmem.l2_channels", &self.vmem.l2_channels),
-            (
-                "vmem.l2_channel_bytes_per_cycle",
-                &self.vmem.l2_channel_bytes_per_cycle,
-            ),
-            ("vmem.mall_gbs", &self.vmem.mall_gbs),
-            ("vmem.hbm_gbs", &self.vmem.hbm_gbs),
-        ];
-        for (name, p) in positive {
-            if !(p.value.is_finite() && p.value > 0.0) {
-                return Err(ParamsError::Invalid {
-                    name: name.to_string(),
-                    value: p.value,
-                    why: "must be a positive number",
-                });
-            }
-        }
-        let line = self.vmem.l1_line_bytes.count();
-        if !line.is_power_of_two() {
+    /// Every entry's bound, by dotted name (`table.entry`): the one place they are declared.
+    /// The MFMA pass table's numbers have theirs in [`Params::pass_bound`].
+    pub fn bounds() -> &'static [(&'static str, ParamBound)] {
+        &BOUNDS
+    }
+
+    /// The bound of the entry `name` (`table.entry`), if it has one.
+    pub fn bound(name: &str) -> Option<ParamBound> {
+        BOUNDS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+    }
+
+    /// The bound of a pass count of the MFMA pass table (`passes`, `fp8_passes`).
+    pub fn pass_bound() -> ParamBound {
+        PASSES
+    }
+
+    /// Checks every entry against its bound, and the MFMA pass table's rules. The walk goes
+    /// over the entries as they serialize, so an entry added to the tables without a bound
+    /// is an error ([`ParamsError::Unbounded`]), not an unchecked number.
+    pub fn validate(&self) -> Result<(), ParamsError> {
+        check_entries(&toml::Table::try_from(self)?)?;
+        self.validate_pass_rules()
+    }
+
+    fn validate_pass_rules(&self) -> Result<(), ParamsError> {
+        let rules = &self.mfma.passes;
+        if !PASS_RULES.admits(rules.len() as f64) {
             return Err(ParamsError::Invalid {
-                name: "vmem.l1_line_bytes".into(),
-                value: line as f64,
-                why: "must be a power of two",
+                name: "mfma.passes".into(),
+                value: rules.len() as f64,
+                bound: PASS_RULES,
             });
         }
-        for (name, p) in [
-            ("clock.launch_overhead_us", &self.clock.launch_overhead_us),
-            (
-                "clock.workgroup_dispatch_cycles",
-                &self.clock.workgroup_dispatch_cycles,
-            ),
-            (
-                "valu.dependent_latency_cycles",
-                &self.valu.dependent_latency_cycles,
-            ),
-            ("lds.latency_cycles", &self.lds.latency_cycles),
-            (
-                "vmem.l1_hit_latency_cycles",
-                &self.vmem.l1_hit_latency_cycles,
-            ),
-            ("vmem.hbm_latency_ns", &self.vmem.hbm_latency_ns),
-            (
-                "vmem.hbm_loaded_latency_ns",
-                &self.vmem.hbm_loaded_latency_ns,
-            ),
-            ("vmem.hbm_load_window_ns", &self.vmem.hbm_load_window_ns),
-        ] {
-            if !(p.value.is_finite() && p.value >= 0.0) {
-                return Err(ParamsError::Invalid {
-                    name: name.to_string(),
-                    value: p.value,
-                    why: "must be a non-negative number",
+        for (i, r) in rules.iter().enumerate() {
+            if r.pattern.is_empty() {
+                return Err(ParamsError::EmptyPattern {
+                    name: format!("mfma.passes[{i}].pattern"),
                 });
+            }
+            let counts = [("passes", Some(r.passes)), ("fp8_passes", r.fp8_passes)];
+            for (key, n) in counts {
+                if let Some(n) = n
+                    && !PASSES.admits(n as f64)
+                {
+                    return Err(ParamsError::Invalid {
+                        name: format!("mfma.passes[{i}].{key}"),
+                        value: n as f64,
+                        bound: PASSES,
+                    });
+                }
             }
         }
         Ok(())
@@ -394,6 +820,36 @@ impl Params {
             _ => rule.passes,
         })
     }
+}
+
+/// Checks every `{ value, source }` entry of the serialized tables against its bound; the
+/// MFMA pass table (an array of rules) is checked from the typed rules.
+fn check_entries(tree: &toml::Table) -> Result<(), ParamsError> {
+    for (table, entries) in tree {
+        let toml::Value::Table(entries) = entries else {
+            return Err(ParamsError::Unbounded {
+                name: table.clone(),
+            });
+        };
+        for (key, entry) in entries {
+            let name = format!("{table}.{key}");
+            let value = match entry {
+                toml::Value::Table(e) => match e.get("value") {
+                    Some(toml::Value::Float(v)) => *v,
+                    Some(toml::Value::Integer(v)) => *v as f64,
+                    _ => return Err(ParamsError::Unbounded { name }),
+                },
+                toml::Value::Array(_) if name == "mfma.passes" => continue,
+                _ => return Err(ParamsError::Unbounded { name }),
+            };
+            let bound = Params::bound(&name)
+                .ok_or_else(|| ParamsError::Unbounded { name: name.clone() })?;
+            if !bound.admits(value) {
+                return Err(ParamsError::Invalid { name, value, bound });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Merges `over` into `base` (see [`Params::from_toml_str`]).
@@ -432,7 +888,13 @@ fn glob(pattern: &str, text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::exec::memory::DeviceMemory;
+    use crate::exec::program::Program;
+    use crate::exec::setup::KernelSetup;
+    use crate::timing::{Method, Prediction, TimingError, TimingLaunch, TimingOptions, predict};
 
     #[test]
     fn embedded_table_parses_and_every_entry_has_a_source() {
@@ -491,5 +953,496 @@ mod tests {
         assert_eq!(f("v_smfmac_f32_32x32x32_bf16", 0, 0), Some(8));
         assert_eq!(f("v_add_f32", 0, 0), None);
         assert!(glob("a*b*c", "axxbyyc") && !glob("a*b*c", "axxc") && glob("abc", "abc"));
+    }
+
+    /// `[table]` / `key` of a dotted name.
+    fn split(name: &str) -> (&str, &str) {
+        name.split_once('.').expect("dotted name")
+    }
+
+    /// The defaults with entry `name` set to `v`, read the way a `--params` file is.
+    fn with_entry(name: &str, v: f64) -> Result<Params, ParamsError> {
+        let (table, key) = split(name);
+        let text = format!(
+            "[{table}]\n{key} = {{ value = {}, source = \"test\" }}\n",
+            toml::Value::Float(v)
+        );
+        Params::from_toml_str(&text)
+    }
+
+    /// `with_entry` is refused with `Invalid` naming `name`, and the message names the bound.
+    fn refused(name: &str, v: f64) -> String {
+        let e = with_entry(name, v).expect_err(name);
+        let ParamsError::Invalid { name: n, bound, .. } = &e else {
+            panic!("{name} = {v}: expected Invalid, got {e:?}");
+        };
+        assert_eq!(n, name);
+        let msg = e.to_string();
+        assert!(msg.contains(name) && msg.contains(bound.why), "{msg}");
+        msg
+    }
+
+    #[test]
+    fn the_embedded_table_passes_its_bounds() {
+        Params::mi355x().validate().unwrap();
+        let p: Params = toml::from_str(Params::DEFAULT_TOML).unwrap();
+        p.validate().unwrap();
+        assert_eq!(p, Params::mi355x());
+    }
+
+    #[test]
+    fn every_entry_has_one_bound_and_every_bound_an_entry() {
+        let tree = toml::Table::try_from(Params::mi355x()).unwrap();
+        let mut names = Vec::new();
+        for (table, entries) in &tree {
+            for (key, entry) in entries.as_table().unwrap() {
+                if entry.is_table() {
+                    names.push(format!("{table}.{key}"));
+                }
+            }
+        }
+        let mut declared: Vec<String> = BOUNDS.iter().map(|(n, _)| n.to_string()).collect();
+        names.sort();
+        declared.sort();
+        let before = declared.len();
+        declared.dedup();
+        assert_eq!(declared.len(), before, "a name with two bounds");
+        assert_eq!(names, declared);
+        // The walk refuses an entry it has no bound for.
+        let mut tree = tree;
+        let clock = tree.get_mut("clock").unwrap().as_table_mut().unwrap();
+        clock.insert(
+            "turbo_ghz".into(),
+            toml::Value::Table(toml::toml! { value = 3.0 source = "x" }),
+        );
+        assert!(matches!(
+            check_entries(&tree),
+            Err(ParamsError::Unbounded { name }) if name == "clock.turbo_ghz"
+        ));
+    }
+
+    #[test]
+    fn bounds_are_ranges_of_their_own_kind_and_say_why() {
+        for (name, b) in BOUNDS.iter().chain([
+            &("mfma.passes[].passes", PASSES),
+            &("mfma.passes", PASS_RULES),
+        ]) {
+            assert!(
+                b.min <= b.max && b.admits(b.min) && b.admits(b.max),
+                "{name}"
+            );
+            assert!(!b.why.is_empty(), "{name}");
+            assert!(
+                !b.admits(b.min - 1.0) && !b.admits(b.max + 1.0),
+                "{name}: a bound is closed"
+            );
+        }
+        // Each SIMD gets one issue slot per round of `slot_cycles` clocks (see the bound).
+        let b = |n| Params::bound(n).unwrap();
+        assert!(b("issue.slot_cycles").min >= b("gpu.simds_per_cu").max);
+        let line = b("vmem.l1_line_bytes");
+        assert!(line.admits(128.0) && !line.admits(96.0) && !line.admits(128.5));
+        assert!(!b("gpu.xcds").admits(7.5) && b("clock.peak_ghz").admits(2.45));
+    }
+
+    #[test]
+    fn the_bounds_keep_the_allocations_the_comment_promises() {
+        let max = |n| Params::bound(n).unwrap().max;
+        let min = |n| Params::bound(n).unwrap().min;
+        let cus = max("gpu.xcds") * max("gpu.cus_per_xcd");
+        assert_eq!(cus, 1024.0);
+        // 24 bytes per line: tag, last use, fill time.
+        let l1_lines = max("vmem.l1_bytes") / min("vmem.l1_line_bytes");
+        let l2_lines = max("vmem.l2_bytes") / min("vmem.l1_line_bytes");
+        assert_eq!((l1_lines, l2_lines), (4096.0, 262_144.0));
+        assert_eq!(l1_lines * 24.0 * cus, 96.0 * 1024.0 * 1024.0);
+        assert_eq!(l2_lines * 24.0 * max("gpu.xcds"), 96.0 * 1024.0 * 1024.0);
+        assert_eq!(
+            max("vmem.mall_bytes") / min("vmem.l1_line_bytes"),
+            16_777_216.0
+        );
+        // A round's workgroup counts stay far from overflow.
+        assert!(cus * max("gpu.max_workgroups_per_cu") <= (1u64 << 16) as f64);
+        // An instruction's busy time fits 32 bits.
+        assert!(max("issue.slot_cycles") * PASSES.max < u32::MAX as f64);
+    }
+
+    #[test]
+    fn messages_name_the_entry_its_value_and_its_bound() {
+        let msg = refused("gpu.cus_per_xcd", 1e12);
+        assert_eq!(
+            msg,
+            "timing parameter gpu.cus_per_xcd = 1000000000000 is out of range: it must be a \
+             whole number from 1 to 64 (gfx950 has 32 CUs per XCD, MI300X 38; up to 64 modelled)"
+        );
+        assert!(refused("gpu.cus_per_xcd", 1e300).contains("= 1e300 is"));
+        assert!(refused("vmem.max_vmcnt", f64::NAN).contains("= NaN is"));
+        assert!(refused("vmem.l1_bytes", f64::INFINITY).contains("= inf is"));
+        assert!(refused("clock.peak_ghz", 1e-300).contains("= 1e-300 is"));
+    }
+
+    // The reproducers of a parameter file that used to abort, panic, hang or predict nonsense.
+
+    #[test]
+    fn cus_per_xcd_of_1e12_no_longer_allocates_terabytes() {
+        refused("gpu.cus_per_xcd", 1e12);
+    }
+
+    #[test]
+    fn huge_or_infinite_cache_sizes_are_refused() {
+        for v in [f64::INFINITY, 1e15, 1e18] {
+            refused("vmem.l1_bytes", v);
+            refused("vmem.l2_bytes", v);
+        }
+    }
+
+    #[test]
+    fn huge_channel_and_xcd_counts_are_refused() {
+        for v in [f64::INFINITY, 1e12, 1e15, 1e18] {
+            refused("vmem.l2_channels", v);
+            refused("gpu.xcds", v);
+        }
+    }
+
+    #[test]
+    fn counts_of_1e300_no_longer_overflow_a_capacity() {
+        for name in [
+            "gpu.cus_per_xcd",
+            "gpu.xcds",
+            "vmem.l1_bytes",
+            "vmem.l2_bytes",
+        ] {
+            refused(name, 1e300);
+        }
+    }
+
+    #[test]
+    fn cus_per_xcd_of_i64_max_no_longer_divides_by_zero() {
+        // Written as a TOML integer, as a user would.
+        let e = Params::from_toml_str(
+            "[gpu]\ncus_per_xcd = { value = 9223372036854775807, source = \"x\" }\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ParamsError::Invalid { name, .. } if name == "gpu.cus_per_xcd"),
+            "{e}"
+        );
+        refused("gpu.xcds", i64::MAX as f64);
+    }
+
+    #[test]
+    fn slot_cycles_of_1e300_or_1e_minus_300_no_longer_hang() {
+        refused("issue.slot_cycles", 1e300);
+        refused("issue.slot_cycles", 1e-300);
+        // Fewer clocks than SIMDs starved the SIMDs past the slot.
+        refused("issue.slot_cycles", 2.0);
+    }
+
+    #[test]
+    fn max_vmcnt_of_nan_is_refused() {
+        refused("vmem.max_vmcnt", f64::NAN);
+    }
+
+    #[test]
+    fn cus_per_xcd_of_1e_minus_300_no_longer_rounds_to_no_cus() {
+        refused("gpu.cus_per_xcd", 1e-300);
+        refused("gpu.cus_per_xcd", 0.4);
+    }
+
+    #[test]
+    fn nan_infinities_and_minus_one_are_refused_for_every_entry() {
+        let mut refusals = 0;
+        for (name, _) in BOUNDS {
+            for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0] {
+                refused(name, v);
+                refusals += 1;
+            }
+        }
+        assert_eq!(refusals, 4 * 57);
+    }
+
+    #[test]
+    fn pass_rules_are_checked() {
+        let rule = |pattern: &str, passes: u32, fp8: &str| {
+            Params::from_toml_str(&format!(
+                "[[mfma.passes]]\npattern = {pattern:?}\npasses = {passes}\n{fp8}source = \"x\"\n"
+            ))
+        };
+        assert!(rule("v_mfma_*", 4, "").is_ok());
+        assert!(matches!(
+            rule("", 4, ""),
+            Err(ParamsError::EmptyPattern { name }) if name == "mfma.passes[0].pattern"
+        ));
+        for (passes, fp8, name) in [
+            (0, "", "mfma.passes[0].passes"),
+            (65, "", "mfma.passes[0].passes"),
+            (4, "fp8_passes = 0\n", "mfma.passes[0].fp8_passes"),
+            (4, "fp8_passes = 4000000000\n", "mfma.passes[0].fp8_passes"),
+        ] {
+            match rule("v_mfma_*", passes, fp8) {
+                Err(ParamsError::Invalid { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{passes} {fp8}: {other:?}"),
+            }
+        }
+        // Negative or beyond 32 bits: not a pass count at all.
+        assert!(matches!(
+            rule("v_mfma_*", 4, "fp8_passes = -1\n"),
+            Err(ParamsError::Toml(_))
+        ));
+        assert!(matches!(
+            Params::from_toml_str("[mfma]\npasses = []\n"),
+            Err(ParamsError::Invalid { name, .. }) if name == "mfma.passes"
+        ));
+    }
+
+    /// A small kernel that uses every unit the parameters time: a scalar load of the kernel
+    /// argument, LDS writes and reads around a barrier, VALU and SALU, a global store and a
+    /// global load (the EXCHANGE kernel of the launch tests, with the load added). Each
+    /// workgroup of a [3, Y] grid writes its own 512 bytes of `out`.
+    const KERNEL: &[u32] = &[
+        0xc0060100, 0x00000000, // s_load_dwordx2 s[4:5], s[0:1], 0x0
+        0x260200ff, 0x000003ff, // v_and_b32_e32 v1, 0x3ff, v0
+        0x24040282, // v_lshlrev_b32_e32 v2, 2, v1
+        0xd81a0000, 0x00000102, // ds_write_b32 v2, v1
+        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
+        0xbf8a0000, // s_barrier
+        0x6a0602ff, 0x0000007f, // v_sub_u32_e32 v3, 0x7f, v1
+        0x24060682, // v_lshlrev_b32_e32 v3, 2, v3
+        0xd86c0000, 0x04000003, // ds_read_b32 v4, v3
+        0x9206ff03, 0x000f4240, // s_mul_i32 s6, s3, 0xf4240
+        0x9207ff02, 0x000003e8, // s_mul_i32 s7, s2, 0x3e8
+        0x80060706, // s_add_u32 s6, s6, s7
+        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
+        0x68080806, // v_add_u32_e32 v4, s6, v4
+        0x92088303, // s_mul_i32 s8, s3, 3
+        0x80080208, // s_add_u32 s8, s8, s2
+        0x8e088708, // s_lshl_b32 s8, s8, 7
+        0x680a0208, // v_add_u32_e32 v5, s8, v1
+        0x240a0a82, // v_lshlrev_b32_e32 v5, 2, v5
+        0xbf8c0070, // s_waitcnt vmcnt(0) lgkmcnt(0)
+        0xdc708000, 0x00040405, // global_store_dword v5, v4, s[4:5]
+        0xdc508000, 0x06040005, // global_load_dword v6, v5, s[4:5]
+        0xbf8c0f70, // s_waitcnt vmcnt(0)
+        0xbf810000, // s_endpgm
+    ];
+
+    /// `KERNEL` loaded into `mem`: kernarg pointer in s[0:1], workgroup ids x and y in s2
+    /// and s3, 512 bytes of LDS.
+    fn small_kernel(mem: &mut DeviceMemory) -> Program {
+        let mut kd = [0u8; 64];
+        kd[0..4].copy_from_slice(&512u32.to_le_bytes());
+        kd[8..12].copy_from_slice(&8u32.to_le_bytes());
+        kd[52..56].copy_from_slice(&((2u32 << 1) | (1 << 7) | (1 << 8)).to_le_bytes());
+        kd[56..58].copy_from_slice(&8u16.to_le_bytes());
+        let code: Vec<u8> = KERNEL.iter().flat_map(|w| w.to_le_bytes()).collect();
+        Program::load_code(mem, "k", &code, KernelSetup::from_descriptor(&kd)).unwrap()
+    }
+
+    /// Predicts `KERNEL` on a grid of 3 x `rows` workgroups of `waves` waves under `params`.
+    fn predict_small(
+        params: &Params,
+        rows: u32,
+        waves: u32,
+        method: Method,
+    ) -> Result<Prediction, TimingError> {
+        let mut mem = DeviceMemory::new();
+        let prog = small_kernel(&mut mem);
+        let out = mem.alloc(3 * rows as u64 * 512).unwrap();
+        let kernarg = out.to_le_bytes();
+        let launch = TimingLaunch {
+            grid: [3, rows, 1],
+            block: [64 * waves, 1, 1],
+            dynamic_lds: 0,
+            kernarg: &kernarg,
+        };
+        let opts = TimingOptions {
+            method,
+            ..TimingOptions::default()
+        };
+        predict(&mut mem, &prog, &launch, params, &opts)
+    }
+
+    /// A prediction that ended well: a time, or a workgroup that does not fit the machine the
+    /// parameters describe.
+    fn sane(r: Result<Prediction, TimingError>, what: &str) -> bool {
+        match r {
+            Ok(p) => {
+                assert!(p.us.is_finite() && p.us > 0.0, "{what}: {} us", p.us);
+                true
+            }
+            Err(TimingError::DoesNotFit(_)) => false,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_model_refuses_parameters_changed_after_reading() {
+        let mut p = Params::mi355x();
+        p.gpu.cus_per_xcd.value = 1e12;
+        let e = predict_small(&p, 2, 2, Method::Rounds).unwrap_err();
+        assert!(
+            matches!(&e, TimingError::Params(ParamsError::Invalid { name, .. }) if name == "gpu.cus_per_xcd"),
+            "{e}"
+        );
+        let mut p = Params::mi355x();
+        p.vmem.max_vmcnt.value = f64::NAN;
+        assert!(predict_small(&p, 2, 2, Method::Full).is_err());
+        let mut p = Params::mi355x();
+        p.mfma.passes[3].passes = 0;
+        let prog = small_kernel(&mut DeviceMemory::new());
+        assert!(matches!(
+            crate::timing::occupancy(&prog, [128, 1, 1], 0, &p),
+            Err(TimingError::Params(ParamsError::Invalid { name, .. })) if name == "mfma.passes[3].passes"
+        ));
+    }
+
+    #[test]
+    fn every_entry_at_either_end_of_its_bound_predicts() {
+        // Each entry at its least and its greatest value, the others at their defaults; then
+        // all at once (the largest machine, fully simulated, and the smallest).
+        let mut predicted = 0;
+        let mut not_fitting = Vec::new();
+        for (name, b) in BOUNDS {
+            for v in [b.min, b.max] {
+                let p = with_entry(name, v).unwrap();
+                if sane(predict_small(&p, 40, 2, Method::Rounds), name) {
+                    predicted += 1;
+                } else {
+                    not_fitting.push((name, v));
+                }
+            }
+        }
+        // 1 KiB of LDS per CU is less than one 1,280-byte allocation block.
+        assert_eq!(not_fitting, [("gpu.lds_bytes_per_cu", 1024.0)]);
+        assert_eq!(predicted, 2 * 57 - 1);
+        let mut all = [Params::mi355x(), Params::mi355x()];
+        for (name, b) in BOUNDS {
+            let (table, key) = split(name);
+            for (p, v) in all.iter_mut().zip([b.min, b.max]) {
+                let mut tree = toml::Table::try_from(&*p).unwrap();
+                tree[table][key]["value"] = toml::Value::Float(v);
+                *p = tree.try_into().unwrap();
+            }
+        }
+        all[0].validate().unwrap();
+        all[1].validate().unwrap();
+        // The smallest machine holds one wave per CU: a one-wave workgroup.
+        assert!(sane(
+            predict_small(&all[0], 40, 1, Method::Full),
+            "all at their least"
+        ));
+        assert!(sane(
+            predict_small(&all[1], 40, 2, Method::Full),
+            "all at their greatest"
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any number in any entry is either taken, and then within the entry's bound, or
+        /// refused with `Invalid` naming the entry: never a panic.
+        #[test]
+        fn any_number_in_any_entry_is_taken_within_its_bound_or_refused(
+            entry in 0..BOUNDS.len(),
+            pick in 0..12u32,
+            any in proptest::num::f64::ANY,
+        ) {
+            let (name, b) = BOUNDS[entry];
+            let v = match pick {
+                0 => f64::NAN,
+                1 => f64::INFINITY,
+                2 => f64::NEG_INFINITY,
+                3 => f64::MIN_POSITIVE / 4.0, // subnormal
+                4 => 1e300,
+                5 => i64::MAX as f64,
+                6 => b.min,
+                7 => b.max,
+                8 => b.min - 1.0,
+                9 => b.max + 1.0,
+                10 => b.min + (b.max - b.min) * (any.abs().fract()),
+                _ => any,
+            };
+            match with_entry(name, v) {
+                Ok(p) => {
+                    prop_assert!(b.admits(v), "{name} = {v} taken outside {b}");
+                    let back = toml::Table::try_from(&p).unwrap();
+                    let (table, key) = split(name);
+                    prop_assert_eq!(back[table][key]["value"].as_float(), Some(v));
+                }
+                Err(ParamsError::Invalid { name: n, value, .. }) => {
+                    prop_assert_eq!(n, name);
+                    prop_assert!(!b.admits(v));
+                    prop_assert!(value.to_bits() == v.to_bits() || (value.is_nan() && v.is_nan()));
+                }
+                Err(e) => prop_assert!(false, "{name} = {v}: {e}"),
+            }
+        }
+
+        /// Any pass counts and pattern in a rule of the pass table: taken within the bound, or
+        /// refused naming the rule.
+        #[test]
+        fn any_pass_rule_is_taken_within_its_bound_or_refused(
+            passes in prop_oneof![0u32..80, Just(u32::MAX)],
+            fp8 in proptest::option::of(prop_oneof![0u32..80, Just(u32::MAX)]),
+            pattern in prop_oneof!["", "v_mfma_\\*[a-z0-9_]{0,8}"],
+        ) {
+            let mut p = Params::mi355x();
+            p.mfma.passes.push(MfmaPassRule {
+                pattern: pattern.clone(),
+                passes,
+                fp8_passes: fp8,
+                source: "x".into(),
+            });
+            let rule = format!("mfma.passes[{}].", p.mfma.passes.len() - 1);
+            let ok = !pattern.is_empty()
+                && PASSES.admits(passes as f64)
+                && fp8.is_none_or(|f| PASSES.admits(f as f64));
+            match p.validate() {
+                Ok(()) => prop_assert!(ok),
+                Err(ParamsError::Invalid { name, .. }) => {
+                    let named = name.starts_with(&rule);
+                    prop_assert!(!ok && named, "{}", name);
+                }
+                Err(ParamsError::EmptyPattern { name }) => {
+                    let named = name == format!("{rule}pattern");
+                    prop_assert!(pattern.is_empty() && named, "{}", name);
+                }
+                Err(e) => prop_assert!(false, "{e}"),
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Any parameters within their bounds predict a small kernel to a finite time (or find
+        /// that its workgroup does not fit), with either method: no panic, no hang.
+        #[test]
+        fn any_parameters_within_bounds_predict(
+            fractions in proptest::collection::vec(0.0f64..=1.0, 57),
+            full in any::<bool>(),
+        ) {
+            let mut tree = toml::Table::try_from(Params::mi355x()).unwrap();
+            for ((name, b), f) in BOUNDS.iter().zip(&fractions) {
+                // Spread over orders of magnitude, as the ranges span several.
+                let v = if b.min > 0.0 {
+                    b.min * (b.max / b.min).powf(*f)
+                } else {
+                    b.max * f * f
+                };
+                let v = match b.number {
+                    Number::Real => v.clamp(b.min, b.max),
+                    Number::Whole => v.round().clamp(b.min, b.max),
+                    Number::PowerOfTwo => (v.log2().round().exp2()).clamp(b.min, b.max),
+                };
+                let (table, key) = split(name);
+                tree[table][key]["value"] = toml::Value::Float(v);
+            }
+            let p: Params = tree.try_into().unwrap();
+            p.validate().unwrap();
+            let method = if full { Method::Full } else { Method::Rounds };
+            sane(predict_small(&p, 24, 2, method), "random parameters within their bounds");
+        }
     }
 }
