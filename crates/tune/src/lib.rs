@@ -7,7 +7,9 @@
 //! - [`sweep::run`]: ranks every (spec, shape) pair by the MI355X timing model or by timed
 //!   launches on a device, in worker processes ([`worker`]) so a compile that aborts or a launch
 //!   that faults is recorded as failed and the sweep goes on; sharded, resumable.
-//! - [`Db`]: the tuning database (SQLite, WAL; many processes may append), merge, CSV.
+//! - [`Db`]: the tuning database (SQLite; many processes may append, sweeps sharing one claim
+//!   their work; another application's file is refused before anything is written), merge,
+//!   CSV.
 //! - [`report`]: the best configuration per shape as a table and an SVG chart.
 //! - [`slurm`]: a job-array script per shard and a merge job after it.
 //! - [`pack`]: kernel packs: the winners compiled ahead of time with a manifest and checksums;

@@ -1,5 +1,9 @@
 //! The best configuration per shape, as a table (Markdown, CSV) and an SVG chart of TFLOP/s
 //! for the best configuration against the runner-up and against the default spec.
+//!
+//! Rows read from a database are checked there ([`crate::Db::results`]); these functions
+//! also take rows built elsewhere, so they rank only finite positive times and chart only
+//! finite positive rates, on an axis of bounded span whatever the numbers are.
 
 use std::collections::BTreeMap;
 
@@ -52,7 +56,7 @@ pub fn per_shape(rows: &[Row], source: Option<&str>) -> Vec<ShapeReport> {
         let failed = rows.iter().filter(|r| r.status == Status::Failed).count() as u64;
         let mut ok: Vec<&Row> = rows
             .into_iter()
-            .filter(|r| r.status == Status::Ok && r.us.is_some())
+            .filter(|r| r.status == Status::Ok && r.us.is_some_and(|t| t.is_finite() && t > 0.0))
             .collect();
         ok.sort_by(|a, b| {
             a.us.unwrap_or(f64::INFINITY)
@@ -83,25 +87,68 @@ fn tflops(r: Option<&Row>) -> Option<f64> {
     r.and_then(|r| r.tflops)
 }
 
+/// A number with `decimals` places, or in exponent form when it is too large or too small
+/// to read that way (or not finite).
+fn num(v: f64, decimals: usize) -> String {
+    if v == 0.0 || (v.is_finite() && (1e-3..1e9).contains(&v.abs())) {
+        format!("{v:.decimals$}")
+    } else {
+        format!("{v:.3e}")
+    }
+}
+
+/// Text as one Markdown table cell inside backticks: no line breaks, no cell separators.
+fn cell(t: &str) -> String {
+    t.chars()
+        .map(|c| match c {
+            '|' | '`' => '_',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// Decades the chart's axis spans at most: the chart stays readable, and the axis finite.
+const MAX_DECADES: f64 = 12.0;
+
+/// The chart's TFLOP/s axis for `values` (finite, positive): from below the smallest to
+/// above the largest, with room for the labels on top, within [`MAX_DECADES`] decades
+/// ending at the largest value, and within what `f64` holds.
+fn axis(values: &[f64]) -> (f64, f64) {
+    let max = values.iter().copied().fold(1.0f64, f64::max).min(1e300) * 1.5;
+    let min = values
+        .iter()
+        .copied()
+        .fold(max, f64::min)
+        .max(1e-3)
+        .max(max / 10f64.powf(MAX_DECADES))
+        / 1.5;
+    (min, max)
+}
+
 /// The reports as a Markdown table.
 pub fn markdown(reports: &[ShapeReport]) -> String {
     let mut s = String::from(
         "| M | N | K | source | best kernel | µs | TFLOP/s | runner-up TFLOP/s | default TFLOP/s | vs default | measured | failed |\n|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    // A rate that is not a finite non-negative number is shown as unknown.
+    let f = |v: Option<f64>| {
+        v.filter(|x| x.is_finite() && *x >= 0.0)
+            .map_or("-".to_string(), |x| num(x, 1))
+    };
     for r in reports {
         let vs = match (r.best.us, r.default.as_ref().and_then(|d| d.us)) {
-            (Some(b), Some(d)) => format!("{:.2}x", d / b),
+            (Some(b), Some(d)) if (d / b).is_finite() => format!("{}x", num(d / b, 2)),
             _ => "-".into(),
         };
         s += &format!(
-            "| {} | {} | {} | {} | `{}` | {:.2} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
             r.shape.m,
             r.shape.n,
             r.shape.k,
-            r.source,
-            r.best.kernel,
-            r.best.us.unwrap_or(0.0),
+            cell(&r.source),
+            cell(&r.best.kernel),
+            r.best.us.map_or("-".to_string(), |t| num(t, 2)),
             f(r.best.tflops),
             f(tflops(r.runner_up.as_ref())),
             f(tflops(r.default.as_ref())),
@@ -124,7 +171,9 @@ pub fn csv(reports: &[ShapeReport]) -> String {
 pub fn svg(reports: &[ShapeReport], title: &str) -> Result<String, ChartError> {
     let e = |x: &dyn std::fmt::Display| ChartError(x.to_string());
     let n = reports.len().max(1);
-    let width = (160 + 26 * n as u32).clamp(640, 4000);
+    let width = u32::try_from(n)
+        .map_or(u32::MAX, |n| n.saturating_mul(26).saturating_add(160))
+        .clamp(640, 4000);
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, (width, 560)).into_drawing_area();
@@ -139,10 +188,9 @@ pub fn svg(reports: &[ShapeReport], title: &str) -> Result<String, ChartError> {
                 ]
             })
             .flatten()
-            .filter(|v| *v > 0.0)
+            .filter(|v| v.is_finite() && *v > 0.0)
             .collect();
-        let max = all.iter().copied().fold(1.0f64, f64::max) * 1.5;
-        let min = all.iter().copied().fold(max, f64::min).max(1e-3) / 1.5;
+        let (min, max) = axis(&all);
         let labels: Vec<String> = reports.iter().map(|r| r.shape.m.to_string()).collect();
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
@@ -192,7 +240,9 @@ pub fn svg(reports: &[ShapeReport], title: &str) -> Result<String, ChartError> {
                 start = i;
             }
         }
-        let point = |i: usize, v: Option<f64>| v.filter(|v| *v > 0.0).map(|v| (i as f64, v));
+        // Values off the axis (an absurd rate in a hand-made row) are left out, not clipped.
+        let point =
+            |i: usize, v: Option<f64>| v.filter(|v| (min..=max).contains(v)).map(|v| (i as f64, v));
         let (red, blue, grey) = (
             RGBColor(200, 30, 30),
             RGBColor(30, 90, 200),
@@ -246,4 +296,116 @@ pub fn svg(reports: &[ShapeReport], title: &str) -> Result<String, ChartError> {
         root.present().map_err(|x| e(&x))?;
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn row(m: u32, key: &str, us: Option<f64>, tflops: Option<f64>) -> Row {
+        let spec = KernelSpec::preb();
+        Row {
+            uid: format!("{m}-{key}"),
+            gfx: "gfx950".into(),
+            cus: 256,
+            m,
+            n: 256,
+            k: 512,
+            cache_key: key.into(),
+            kernel: format!("k|{key}`\n"),
+            spec: spec.values().clone(),
+            status: Status::Ok,
+            reason: None,
+            us,
+            tflops,
+            gbs: None,
+            source: "model".into(),
+            device: "test".into(),
+            repeats: 1,
+            spread: 0.0,
+            tilegen_version: "0".into(),
+            llvm_version: "0".into(),
+            compile_ms: None,
+            created: 0.0,
+            detail: "{}".into(),
+        }
+    }
+
+    /// Any number a row can hold, finite or not, gives a report and a chart, promptly: the
+    /// chart's axis once spun forever on `tflops = 1e308`.
+    #[test]
+    fn reports_survive_any_number() {
+        let odd = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -1e308,
+            -1.0,
+            0.0,
+            5e-324,
+            1e-300,
+            1e308,
+            f64::MAX,
+        ];
+        let mut rows = Vec::new();
+        for (i, &a) in odd.iter().enumerate() {
+            for (j, &b) in odd.iter().enumerate() {
+                let m = 16 * (1 + i as u32);
+                rows.push(row(m, &format!("{j}a"), Some(a), Some(b)));
+                rows.push(row(m, &format!("{j}b"), Some(b), Some(a)));
+                rows.push(row(m, &format!("{j}c"), Some(1.0), Some(b)));
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let reports = per_shape(&rows, None);
+            let out = (markdown(&reports), csv(&reports), svg(&reports, "t<&>"));
+            let _ = tx.send((reports.len(), out));
+        });
+        let (shapes, (md, csv, svg)) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the report finishes");
+        assert_eq!(shapes, odd.len());
+        let svg = svg.unwrap();
+        assert!(svg.contains("<svg") && svg.contains("t&lt;&amp;&gt;"));
+        // Only finite positive times rank.
+        for line in md.lines().skip(2) {
+            assert!(!line.contains("NaN") && !line.contains("inf"), "{line}");
+        }
+        // One row per shape; a kernel name's separators cannot make more rows or cells.
+        let records = csv.lines().filter(|l| l.starts_with("gfx950,")).count();
+        assert_eq!(records, odd.len(), "{csv}");
+        assert!(!csv.contains("NaN") && !csv.contains("inf"), "{csv}");
+        assert_eq!(md.lines().count(), 2 + odd.len(), "{md}");
+        assert!(md.lines().all(|l| l.matches('|').count() == 13), "{md}");
+    }
+
+    #[test]
+    fn the_axis_is_finite_and_bounded() {
+        for values in [
+            vec![],
+            vec![1e-300],
+            vec![1e308, 1e-300],
+            vec![f64::MAX],
+            vec![0.5, 3.0, 1000.0],
+        ] {
+            let (lo, hi) = axis(&values);
+            assert!(
+                lo.is_finite() && hi.is_finite() && 0.0 < lo && lo < hi,
+                "{values:?}"
+            );
+            assert!((hi * 4.0).is_finite());
+            assert!(
+                (hi / lo).log10() <= MAX_DECADES + 1.0,
+                "{values:?}: {lo} {hi}"
+            );
+            for v in values.iter().filter(|v| (1e-3..=1e300).contains(*v)) {
+                assert!(*v <= hi, "{v} above {hi}");
+            }
+        }
+        // Ordinary values keep the chart they always had.
+        let (lo, hi) = axis(&[0.5, 3.0, 1000.0]);
+        assert_eq!((lo, hi), (0.5 / 1.5, 1500.0));
+    }
 }

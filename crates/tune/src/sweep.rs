@@ -1,17 +1,22 @@
 //! A tuning sweep: the (spec, shape) work of a template, sharded, resumed from the database,
 //! run on parallel workers, every result recorded.
+//!
+//! Sweeps sharing a database split the work: each job is claimed in the database before it
+//! runs ([`Db::claim`]), a pair another running sweep holds is left to it and taken up again if
+//! that sweep stops without recording it, and a sweep returns once every pair of its shard is
+//! recorded, by it or by the others.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tilegen_kernels::KernelSpec;
 
-use crate::db::{Db, DbError, Row, Status};
+use crate::db::{CLAIM_LEASE, Claimant, Db, DbError, Row, Status, WorkKey};
 use crate::eval::By;
 use crate::space::{EnumStats, default_spec, enumerate, worth};
 use crate::template::{Shape, Space, Template};
@@ -212,6 +217,8 @@ pub struct Summary {
     pub evaluated: u64,
     /// Pairs already in the database.
     pub skipped: u64,
+    /// Pairs another sweep sharing the database recorded while this one ran.
+    pub done_elsewhere: u64,
     /// Of `evaluated`, failures.
     pub failed: u64,
     /// Pairs left for a later run by the per-shape budget.
@@ -319,18 +326,20 @@ fn rows_of(r: &JobResult, opts: &SweepOptions, out: tilegen_kernels::OutDtype) -
                 (None, None, Some(Lost(reason))) => Outcome::Failed(reason.clone()),
                 (None, None, None) => Outcome::Failed("the worker gave no result".into()),
             };
-            let (status, reason, us, repeats, spread, detail) = match outcome {
-                Outcome::Ok(m) => (
-                    Status::Ok,
-                    None,
-                    Some(m.us),
-                    m.repeats,
-                    m.spread,
-                    m.detail.to_string(),
-                ),
-                Outcome::Failed(reason) => {
-                    (Status::Failed, Some(reason), None, 0, 0.0, "{}".into())
-                }
+            let failed = |reason| (Status::Failed, Some(reason), None, 0, 0.0, "{}".into());
+            let (status, reason, times, repeats, spread, detail) = match outcome {
+                Outcome::Ok(m) => match rates(&m, shape, out) {
+                    Ok(t) => (
+                        Status::Ok,
+                        None,
+                        Some(t),
+                        m.repeats,
+                        m.spread,
+                        m.detail.to_string(),
+                    ),
+                    Err(reason) => failed(reason),
+                },
+                Outcome::Failed(reason) => failed(reason),
             };
             Row {
                 uid: unique_id(&format!("{cache_key} {shape}")),
@@ -344,9 +353,9 @@ fn rows_of(r: &JobResult, opts: &SweepOptions, out: tilegen_kernels::OutDtype) -
                 spec: r.spec.values().clone(),
                 status,
                 reason,
-                us,
-                tflops: us.map(|t| shape.flops() / t / 1e6),
-                gbs: us.map(|t| shape.min_bytes(out) / t / 1e3),
+                us: times.map(|t| t.0),
+                tflops: times.map(|t| t.1),
+                gbs: times.map(|t| t.2),
                 source: opts.eval.by.as_str().into(),
                 device: opts.target.device.clone(),
                 repeats,
@@ -361,8 +370,42 @@ fn rows_of(r: &JobResult, opts: &SweepOptions, out: tilegen_kernels::OutDtype) -
         .collect()
 }
 
+/// The time, TFLOP/s and GB/s of a measurement, or why they are not numbers a database
+/// keeps (an evaluator's bug must not become a winning row).
+fn rates(
+    m: &crate::eval::Measurement,
+    shape: &Shape,
+    out: tilegen_kernels::OutDtype,
+) -> Result<(f64, f64, f64), String> {
+    let us = m.us;
+    let tflops = shape.flops() / us / 1e6;
+    let gbs = shape.min_bytes(out) / us / 1e3;
+    let spread = m.spread;
+    if !(us.is_finite() && us > 0.0 && tflops.is_finite() && gbs.is_finite()) {
+        return Err(format!(
+            "the evaluation gave {us} us, which is not a time (finite and positive, with finite rates)"
+        ));
+    }
+    if !(spread.is_finite() && spread >= 0.0) {
+        return Err(format!("the evaluation gave a spread of {spread}"));
+    }
+    Ok((us, tflops, gbs))
+}
+
+/// How often a sweep waiting for pairs another sweep holds looks again.
+const CLAIM_POLL: Duration = Duration::from_millis(500);
+
+/// How often a sweep renews its claims (well within [`CLAIM_LEASE`]).
+const CLAIM_RENEW: Duration = Duration::from_secs(CLAIM_LEASE.as_secs() / 10);
+
+/// Locks `m`; a panic elsewhere while it was held leaves data that is still right.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs the shard's work not yet in `db` on `runners` (one thread each), recording each job's
-/// results in one transaction as it finishes.
+/// results in one transaction as it finishes. Each job is claimed in `db` first, so sweeps
+/// sharing the database never evaluate a pair twice.
 pub fn run(
     plan: &Plan,
     db: &mut Db,
@@ -389,9 +432,20 @@ pub fn run(
     let total: u64 = queue.iter().map(|(_, v)| v.len() as u64).sum();
     let skipped = pairs - total;
     observer.start(total, skipped);
+    let who = Claimant::this_process(&unique_id("sweep"));
+    let db = Mutex::new(db);
     let queue = Mutex::new(queue);
+    // Jobs whose pairs another sweep holds: looked at again once the queue is empty.
+    let deferred: Mutex<Vec<(KernelSpec, Vec<Shape>)>> = Mutex::new(Vec::new());
+    let done_elsewhere = AtomicU64::new(0);
     let spent: Mutex<HashMap<Shape, f64>> = Mutex::new(HashMap::new());
     let over_budget = AtomicU64::new(0);
+    let db_error: Mutex<Option<DbError>> = Mutex::new(None);
+    let fail = |e: DbError| {
+        // Stop handing out work; the threads finish their jobs and end.
+        opts.cancel.store(true, Ordering::Relaxed);
+        lock(&db_error).get_or_insert(e);
+    };
     let (tx, rx) = channel::<JobResult>();
     let mut summary = Summary {
         template: plan.name.clone(),
@@ -404,6 +458,7 @@ pub fn run(
         pairs,
         evaluated: 0,
         skipped,
+        done_elsewhere: 0,
         failed: 0,
         over_budget: 0,
         compiled: 0,
@@ -413,30 +468,64 @@ pub fn run(
         elapsed_seconds: 0.0,
         best: Vec::new(),
     };
-    let mut db_error = None;
     std::thread::scope(|scope| {
         for mut runner in runners {
             let tx = tx.clone();
-            let (queue, spent, over_budget) = (&queue, &spent, &over_budget);
+            let (queue, deferred, spent, over_budget) = (&queue, &deferred, &spent, &over_budget);
+            let (db, who, fail, done_elsewhere) = (&db, &who, &fail, &done_elsewhere);
             scope.spawn(move || {
                 loop {
                     if opts.cancel.load(Ordering::Relaxed) {
                         break;
                     }
-                    let Some((spec, shapes)) = queue.lock().ok().and_then(|mut q| q.pop_front())
-                    else {
-                        break;
+                    let next = lock(queue).pop_front();
+                    let Some((spec, shapes)) = next else {
+                        if lock(deferred).is_empty() {
+                            break;
+                        }
+                        // Only pairs other sweeps hold are left: wait for them to record
+                        // those pairs or to stop, then look again.
+                        let until = Instant::now() + CLAIM_POLL;
+                        while Instant::now() < until && !opts.cancel.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        let mut q = lock(queue);
+                        q.extend(lock(deferred).drain(..));
+                        continue;
                     };
-                    let shapes: Vec<Shape> = match (opts.budget_per_shape, spent.lock()) {
-                        (Some(b), Ok(s)) => {
+                    let shapes: Vec<Shape> = match opts.budget_per_shape {
+                        Some(b) => {
+                            let s = lock(spent);
                             let (keep, drop): (Vec<Shape>, Vec<Shape>) = shapes
                                 .into_iter()
                                 .partition(|sh| s.get(sh).copied().unwrap_or(0.0) < b);
                             over_budget.fetch_add(drop.len() as u64, Ordering::Relaxed);
                             keep
                         }
-                        _ => shapes,
+                        None => shapes,
                     };
+                    if shapes.is_empty() {
+                        continue;
+                    }
+                    let key = spec.cache_key();
+                    let work = WorkKey {
+                        gfx: &opts.target.gfx,
+                        cus: opts.target.cus,
+                        source: opts.eval.by.as_str(),
+                        cache_key: &key,
+                    };
+                    let claimed = match lock(db).claim(who, work, &shapes) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            fail(e);
+                            break;
+                        }
+                    };
+                    done_elsewhere.fetch_add(claimed.done.len() as u64, Ordering::Relaxed);
+                    if !claimed.elsewhere.is_empty() {
+                        lock(deferred).push((spec.clone(), claimed.elsewhere));
+                    }
+                    let shapes = claimed.mine;
                     if shapes.is_empty() {
                         continue;
                     }
@@ -452,10 +541,8 @@ pub fn run(
                             match &r {
                                 Reply::Compiled { ms, .. } => compile_s = ms / 1e3,
                                 Reply::Shape { shape, seconds, .. } => {
-                                    if let Ok(mut s) = spent.lock() {
-                                        *s.entry(*shape).or_default() +=
-                                            seconds + compile_s / shapes.len() as f64;
-                                    }
+                                    *lock(spent).entry(*shape).or_default() +=
+                                        seconds + compile_s / shapes.len() as f64;
                                 }
                                 _ => {}
                             }
@@ -478,7 +565,21 @@ pub fn run(
             });
         }
         drop(tx);
-        for r in rx {
+        let mut renewed = Instant::now();
+        loop {
+            let r = match rx.recv_timeout(CLAIM_RENEW) {
+                Ok(r) => Some(r),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            if renewed.elapsed() >= CLAIM_RENEW {
+                // Sweeps on other machines see this one by its renewals.
+                if let Err(e) = lock(&db).renew(&who) {
+                    fail(e);
+                }
+                renewed = Instant::now();
+            }
+            let Some(r) = r else { continue };
             if opts.cancel.load(Ordering::Relaxed) && r.lost.is_some() {
                 // Lost to the interruption, not to the spec: the next run does it again.
                 continue;
@@ -497,32 +598,34 @@ pub fn run(
                 }
             }
             let rows = rows_of(&r, opts, plan.space.out_dtype);
-            if db_error.is_none() {
-                match db.record(&rows) {
+            if lock(&db_error).is_none() {
+                match lock(&db).record(&rows) {
                     Ok(_) => {
                         summary.evaluated += rows.len() as u64;
                         summary.failed +=
                             rows.iter().filter(|r| r.status == Status::Failed).count() as u64;
                     }
-                    Err(e) => {
-                        // Stop handing out work; the threads finish their jobs and end.
-                        opts.cancel.store(true, Ordering::Relaxed);
-                        db_error = Some(e);
-                    }
+                    Err(e) => fail(e),
                 }
             }
             observer.advance(rows.len() as u64, &r.spec.kernel_name());
         }
     });
     observer.finish();
-    if let Some(e) = db_error {
+    let db = db.into_inner().unwrap_or_else(|p| p.into_inner());
+    // What this run holds and did not record (an interruption, an error) goes back at once.
+    // Should this fail, the claims still end with this process, as a killed sweep's do.
+    let _ = db.release(&who);
+    if let Some(e) = db_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e.into());
     }
     summary.over_budget = over_budget.load(Ordering::Relaxed);
+    summary.done_elsewhere = done_elsewhere.load(Ordering::Relaxed);
     summary.elapsed_seconds = t0.elapsed().as_secs_f64();
-    let remaining = queue.lock().map_or(0, |q| q.len());
+    let remaining = lock(&queue).len() + lock(&deferred).len();
     if opts.cancel.load(Ordering::Relaxed)
-        && (remaining > 0 || summary.evaluated + summary.over_budget < total)
+        && (remaining > 0
+            || summary.evaluated + summary.over_budget + summary.done_elsewhere < total)
     {
         return Err(SweepError::Interrupted {
             recorded: summary.evaluated,

@@ -75,7 +75,7 @@ fn build(a: BuildArgs) -> Result<()> {
         anyhow::bail!("give TEMPLATE, --db and -o");
     };
     let t = Template::load(&template)?;
-    let db = Db::open_existing(&db)?;
+    let db = Db::open_read_only(&db)?;
     let opts = BuildOptions {
         require_tuned: a.require_tuned,
         cache_dir: if a.no_cache {

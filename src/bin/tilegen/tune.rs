@@ -61,7 +61,7 @@ struct RunArgs {
     /// emulator), emu, or hsa[:N].
     #[arg(long, default_value = "auto", value_name = "auto|emu|hsa[:N]")]
     device: String,
-    /// The tuning database (created when missing; many processes may share it).
+    /// The tuning database (created when missing; sweeps sharing it split the work).
     #[arg(long, default_value = "tune.db")]
     db: PathBuf,
     /// Take the I-th of N deterministic slices of the work (0-based).
@@ -125,7 +125,8 @@ struct MergeArgs {
     /// Databases to merge.
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
-    /// The merged database (created, or merged into when it exists).
+    /// The merged database (created only when the merge succeeds, or merged into in one
+    /// transaction when it exists).
     #[arg(short, long)]
     output: PathBuf,
     /// Print a JSON summary.
@@ -407,11 +408,12 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         summary.tall_tile_pairs
     );
     println!(
-        "  {} pairs in this shard: {} evaluated ({} failed), {} already in the database, {} over budget; {} specs compiled ({} failed) in {:.1} s of compile time; {:.1} s wall",
+        "  {} pairs in this shard: {} evaluated ({} failed), {} already in the database, {} evaluated by another sweep sharing it, {} over budget; {} specs compiled ({} failed) in {:.1} s of compile time; {:.1} s wall",
         summary.pairs,
         summary.evaluated,
         summary.failed,
         summary.skipped,
+        summary.done_elsewhere,
         summary.over_budget,
         summary.compiled,
         summary.compile_failed,
@@ -440,7 +442,7 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
 }
 
 fn report_cmd(a: ReportArgs) -> Result<()> {
-    let db = Db::open_existing(&a.db)?;
+    let db = Db::open_read_only(&a.db)?;
     let rows = db.results()?;
     let source = a.source.map(|s| match s {
         ByArg::Model => "model",
@@ -494,9 +496,16 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
 }
 
 fn merge(a: MergeArgs) -> Result<()> {
-    let mut out = Db::open(&a.output)?;
-    let stats = out.merge(&a.inputs)?;
-    let (results, history) = out.counts()?;
+    // Polled by the merge: an interrupted merge removes the output it was creating.
+    let cancel = tilegen_output::interrupt_flag();
+    let merged = match tilegen_tune::db::merge_into(&a.output, &a.inputs, &cancel) {
+        Ok(m) => m,
+        Err(e @ tilegen_tune::DbError::Interrupted(_)) => {
+            return Err(anyhow::Error::new(OutputError::Interrupted).context(e.to_string()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (stats, results, history) = (merged.stats, merged.results, merged.history);
     if a.json {
         println!(
             "{}",
@@ -521,7 +530,7 @@ fn merge(a: MergeArgs) -> Result<()> {
 }
 
 fn export(a: ExportArgs) -> Result<()> {
-    let db = Db::open_existing(&a.db)?;
+    let db = Db::open_read_only(&a.db)?;
     let out = Output::check(&a.output)?;
     out.write(Db::csv(&db.results()?).as_bytes())?;
     Ok(())
