@@ -267,7 +267,21 @@ fn hostile_timing_parameters_are_refused_by_gemm_and_emu_time() {
             refusals += 1;
         }
     }
-    assert_eq!(refusals, 26);
+    // A device that never ends and a FIFO no one writes: refused, not read.
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    for file in [Path::new("/dev/zero"), &fifo] {
+        for command in [&gemm[..], &time[..]] {
+            let mut args = command.to_vec();
+            args.extend(["--params", file.to_str().unwrap()]);
+            let o = run(&args);
+            assert_eq!(o.ending, Ending::Exit(1), "{}: {o:?}", file.display());
+            assert!(o.stderr.contains("is not a regular file"), "{}", o.stderr);
+            refusals += 1;
+        }
+    }
+    assert_eq!(refusals, 30);
     // A file within the bounds predicts, through both commands.
     let fine = params_file(dir.path(), "gpu", "cus_per_xcd", "16");
     for command in [&gemm[..], &time[..]] {

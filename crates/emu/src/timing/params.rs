@@ -10,6 +10,7 @@
 //! validates, and [`predict`](super::predict) validates again, since the fields are public.
 
 use std::fmt;
+use std::io::Read;
 use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 
@@ -679,6 +680,22 @@ pub enum ParamsError {
         #[source]
         source: std::io::Error,
     },
+    /// A parameter file is not a regular file (a directory, a FIFO, a device).
+    #[error("timing parameters: {path} is not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A parameter file is larger than any parameter table.
+    #[error(
+        "timing parameters: {path} is larger than {limit} bytes, more than any parameter table"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// [`Params::MAX_FILE_BYTES`].
+        limit: u64,
+    },
     /// A value is outside its entry's bound (or not finite, or not whole where the model
     /// needs a whole number).
     #[error("timing parameter {name} = {shown} is out of range: it must be {bound}", shown = Shown(*value))]
@@ -718,6 +735,9 @@ impl Params {
     /// The default table (MI355X), as embedded.
     pub const DEFAULT_TOML: &'static str = include_str!("params.toml");
 
+    /// Largest parameter file read, in bytes: the whole built-in table is about 12 KiB.
+    pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
     /// The default parameters of an MI355X.
     pub fn mi355x() -> Params {
         // The embedded table is validated like any file, and a unit test proves it passes;
@@ -737,13 +757,39 @@ impl Params {
         Ok(p)
     }
 
-    /// The defaults overridden by the TOML file at `path` (see [`Params::from_toml_str`]).
+    /// The defaults overridden by the TOML file at `path` (see [`Params::from_toml_str`] and
+    /// [`Params::read_file`]).
     pub fn from_file(path: &Path) -> Result<Params, ParamsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ParamsError::Io {
+        Self::from_toml_str(&Self::read_file(path)?)
+    }
+
+    /// The text of the parameter file at `path`, for [`Params::from_toml_str`] (a caller that
+    /// passes the text on, such as a sweep's workers, reads it with this too). Only a regular
+    /// file of at most [`Params::MAX_FILE_BYTES`] is read: a FIFO would block and a device
+    /// such as /dev/zero would fill the memory.
+    pub fn read_file(path: &Path) -> Result<String, ParamsError> {
+        let io = |source| ParamsError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
-        Self::from_toml_str(&text)
+        };
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(ParamsError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(io)?
+            .take(Self::MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > Self::MAX_FILE_BYTES {
+            return Err(ParamsError::TooLarge {
+                path: path.to_path_buf(),
+                limit: Self::MAX_FILE_BYTES,
+            });
+        }
+        Ok(text)
     }
 
     /// The parameters as TOML (the format [`Params::from_toml_str`] reads).
@@ -1193,6 +1239,39 @@ mod tests {
             Params::from_toml_str("[mfma]\npasses = []\n"),
             Err(ParamsError::Invalid { name, .. }) if name == "mfma.passes"
         ));
+    }
+
+    #[test]
+    fn parameter_files_are_regular_files_of_bounded_size() {
+        let dir = std::env::temp_dir().join(format!("tilegen-params-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("p.toml");
+        std::fs::write(&good, "[gpu]\nxcds = { value = 4, source = \"x\" }\n").unwrap();
+        assert_eq!(Params::from_file(&good).unwrap().gpu.xcds.count(), 4);
+        // A directory, a device that never ends (it used to be read until memory ran out) and
+        // a FIFO no one writes (it used to block).
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        for path in [&dir, Path::new("/dev/zero"), &fifo] {
+            assert!(
+                matches!(Params::from_file(path), Err(ParamsError::NotAFile { .. })),
+                "{}",
+                path.display()
+            );
+        }
+        let big = dir.join("big.toml");
+        let comment = format!("# {}\n", "x".repeat(1 << 20));
+        std::fs::write(&big, comment).unwrap();
+        assert!(matches!(
+            Params::from_file(&big),
+            Err(ParamsError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            Params::from_file(&dir.join("missing.toml")),
+            Err(ParamsError::Io { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A small kernel that uses every unit the parameters time: a scalar load of the kernel
