@@ -5,13 +5,13 @@
 //! integers are [`Idx`] values, static or dynamic; dynamic values are any [`IndexValue`] (plain
 //! `i64` on the host, an IR value in the kernel builder), and arithmetic folds the static parts.
 //!
-//! A [`Swizzle`] (CuTe's `Swizzle<B, M, S>`), or a [`SwizzleChain`] of them, composed after a
-//! layout gives a [`ComposedLayout`]: the layout of a bank-conflict-free LDS tile. [`OffsetMap`]
-//! is the coordinate-to-offset surface both kinds of layout offer.
+//! A [`Swizzle`] (CuTe's `Swizzle<B, M, S>`), or a [`SwizzleChain`] of them, applied after a
+//! layout's byte offset gives a bank-conflict-free LDS tile: the kernel builder's `TileTensor`
+//! composes it with its layout (`swizzle ∘ (base + lane + layout)`), where it also keeps the
+//! uniform and per-lane parts of the offset apart and counts sub-byte elements.
 #![deny(missing_docs)]
 
 mod algebra;
-mod composed;
 mod coord;
 mod error;
 mod int;
@@ -19,7 +19,6 @@ mod layout;
 mod swizzle;
 mod walk;
 
-pub use composed::{ComposedLayout, OffsetMap};
 pub use coord::Coord;
 pub use error::LayoutError;
 pub use int::{Idx, IndexValue};
