@@ -471,3 +471,52 @@ fn sweeps_sharing_a_database_split_the_work() {
         "one history row per result"
     );
 }
+
+/// A sweep killed with SIGKILL leaves its claims behind; the next sweep sees their process is
+/// gone, takes the work over and does exactly what is left.
+#[test]
+fn a_killed_sweeps_claims_are_taken_over_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = template(dir.path());
+    let db = dir.path().join("k.db");
+    let pairs = Plan::from_template(&Template::load(&t).unwrap()).pairs;
+    let mut child = sweep(&t, &db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let counts = |db: &Path| -> Option<(u64, u64, u64)> {
+        let c = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+        let n = |t: &str| {
+            c.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .ok()
+            .map(|n| n as u64)
+        };
+        Some((n("results")?, n("history")?, n("claims")?))
+    };
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(120) {
+        if db.exists() && counts(&db).is_some_and(|(r, _, c)| r > 0 && c > 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (results, history, claims) = counts(&db).unwrap();
+    assert!(results < pairs, "the sweep finished before it was killed");
+    assert_eq!(results, history);
+    assert!(claims > 0, "the killed sweep held no claim");
+    let out = sweep(&t, &db).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["skipped"], results, "{s}");
+    assert_eq!(s["evaluated"], pairs - results, "{s}");
+    assert_eq!(counts(&db), Some((pairs, pairs, 0)));
+}

@@ -521,7 +521,10 @@ pub fn run(
                             break;
                         }
                     };
-                    done_elsewhere.fetch_add(claimed.done.len() as u64, Ordering::Relaxed);
+                    if !claimed.done.is_empty() {
+                        done_elsewhere.fetch_add(claimed.done.len() as u64, Ordering::Relaxed);
+                        observer.advance(claimed.done.len() as u64, "recorded by another sweep");
+                    }
                     if !claimed.elsewhere.is_empty() {
                         lock(deferred).push((spec.clone(), claimed.elsewhere));
                     }
