@@ -17,6 +17,11 @@
 //! dtype alignment, then by name; the header padded with spaces to 8 bytes) and keep the order
 //! of the input's `__metadata__` entries, so preshuffle then unshuffle gives back a file the
 //! crate wrote byte for byte.
+//!
+//! [`MoeWeightFile`] reads one MoE layer of a preshuffled file one expert at a time, for runs
+//! on the layer's real weights.
+
+mod moe_layer;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, TryReserveError};
@@ -34,7 +39,10 @@ use serde::{Deserialize, Serialize};
 use tilegen_output::{Output, OutputError};
 
 use crate::error::MxError;
+use crate::moe::MoeRefError;
 use crate::shuffle::Shuffler;
+
+pub use moe_layer::{FileExpert, MoeWeightFile, expert_group_bytes};
 
 /// The `__metadata__` key recording what a preshuffle did.
 pub const METADATA_KEY: &str = "tilegen.preshuffle";
@@ -245,6 +253,80 @@ pub enum WeightsError {
     HeaderTooLarge {
         /// Its size.
         bytes: usize,
+    },
+    /// A preshuffled file without the MoE layer asked for.
+    #[error(
+        "{} has no MoE layer{} (pairs <prefix>gate_up_proj or mlp1_weight, and <prefix>down_proj or mlp2_weight, as _blocks and _scales)",
+        path.display(),
+        prefix.as_ref().map(|p| format!(" with prefix {p:?}")).unwrap_or_default()
+    )]
+    NoMoeLayer {
+        /// The file.
+        path: PathBuf,
+        /// The prefix asked for, if one was.
+        prefix: Option<String>,
+    },
+    /// A file holding several MoE layers, none named.
+    #[error("{} has {} MoE layers; pick one by its prefix with --layer (one of {prefixes:?})", path.display(), prefixes.len())]
+    SeveralMoeLayers {
+        /// The file.
+        path: PathBuf,
+        /// The layers' tensor name prefixes.
+        prefixes: Vec<String>,
+    },
+    /// A layer's gate/up and down pairs that do not make one layer.
+    #[error("the MoE layer {prefix:?}: {reason}")]
+    MoeLayerMismatch {
+        /// The layer's prefix.
+        prefix: String,
+        /// What disagrees, with the sizes.
+        reason: String,
+    },
+    /// A layer whose sizes an MoE layer cannot have.
+    #[error("the MoE layer in {path}")]
+    MoeLayer {
+        /// The file.
+        path: PathBuf,
+        /// The rule broken.
+        source: MoeRefError,
+    },
+    /// An expert bias tensor of the wrong dtype or shape.
+    #[error("tensor {tensor} is {dtype} {shape:?}; an expert bias is BF16 {want:?}")]
+    BadBias {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The shape the layer gives it.
+        want: [usize; 2],
+    },
+    /// One of a layer's two bias tensors without the other.
+    #[error("{path} has {present} but not {missing}: a layer's biases come in pairs")]
+    UnpairedBias {
+        /// The file.
+        path: PathBuf,
+        /// The bias present.
+        present: String,
+        /// The bias missing.
+        missing: String,
+    },
+    /// Biases asked of a layer that has none.
+    #[error(
+        "{path} has no expert biases (<prefix>gate_up_proj_bias or mlp1_bias, and <prefix>down_proj_bias or mlp2_bias)"
+    )]
+    NoBias {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An expert the layer does not have.
+    #[error("expert {expert} is not below the layer's {experts} experts")]
+    ExpertOutOfRange {
+        /// The expert asked for.
+        expert: usize,
+        /// The layer's experts.
+        experts: usize,
     },
     /// The header built for the output does not describe the planned tensors (a bug: the plan
     /// is refused rather than written).
@@ -461,47 +543,26 @@ impl Plan {
         let tensors = &parsed.tensors;
         let mut outputs = Vec::new();
         let mut pairs = Vec::new();
-        for pair in record_pairs(&record)? {
-            let (b_rec, s_rec) = (&record.tensors[&pair.blocks], &record.tensors[&pair.scales]);
-            let plan = recorded_pair(&pair, b_rec, s_rec)?;
-            for (name, rec, want, kind) in [
+        for c in checked_pairs(&record, tensors)? {
+            for (name, tensor, rec, kind) in [
                 (
-                    &pair.blocks,
-                    b_rec,
-                    &plan.shapes.blocks,
+                    &c.pair.blocks,
+                    c.blocks,
+                    c.records[0],
                     JobKind::UnshuffleBlocks,
                 ),
                 (
-                    &pair.scales,
-                    s_rec,
-                    &plan.shapes.scales,
+                    &c.pair.scales,
+                    c.scales,
+                    c.records[1],
                     JobKind::UnshuffleScales,
                 ),
             ] {
-                let mismatch = |reason: String| WeightsError::RecordMismatch {
-                    tensor: name.clone(),
-                    reason,
-                };
-                let tensor = tensors
-                    .get(name)
-                    .ok_or_else(|| mismatch("the file has no such tensor".into()))?;
-                if tensor.dtype != Dtype::U8 {
-                    return Err(mismatch(format!(
-                        "the tensor has dtype {}; preshuffled MXFP4 tensors are U8",
-                        tensor.dtype
-                    )));
-                }
-                if &tensor.shape != want {
-                    return Err(mismatch(format!(
-                        "the tensor has shape {:?}, but the preshuffle of a {:?} tensor with K = {} padded to {} has shape {want:?}",
-                        tensor.shape, rec.original_shape, plan.dims.k, plan.k_padded
-                    )));
-                }
                 let job = Job {
                     kind,
-                    shuffler: plan.shapes.shuffler,
-                    dims: plan.dims,
-                    k_padded: plan.k_padded,
+                    shuffler: c.plan.shapes.shuffler,
+                    dims: c.plan.dims,
+                    k_padded: c.plan.k_padded,
                 };
                 outputs.push(OutTensor::computed(
                     name,
@@ -511,24 +572,12 @@ impl Plan {
                 )?);
             }
             pairs.push(PairSummary {
-                stem: pair.stem,
-                experts: plan.dims.e,
-                n: plan.dims.n,
-                k: plan.dims.k,
-                k_padded: plan.k_padded,
+                stem: c.pair.stem,
+                experts: c.plan.dims.e,
+                n: c.plan.dims.n,
+                k: c.plan.dims.k,
+                k_padded: c.plan.k_padded,
             });
-        }
-        // A preshuffle rewrites every pair and refuses a lone `_blocks` or U8 `_scales`, so any
-        // such tensor left unrecorded means the record was edited: its layout is a guess.
-        for (name, tensor) in tensors {
-            if !record.tensors.contains_key(name)
-                && (name.ends_with("_blocks")
-                    || (name.ends_with("_scales") && tensor.dtype == Dtype::U8))
-            {
-                return Err(WeightsError::Unrecorded {
-                    tensor: name.clone(),
-                });
-            }
         }
         Plan::new(input, output, tensors, outputs, pairs, metadata)
     }
@@ -726,6 +775,74 @@ fn record_pairs(record: &PreshuffleRecord) -> Result<Vec<Pair>, WeightsError> {
         }
     }
     Ok(pairs)
+}
+
+/// A pair of a preshuffled file, checked against its record and against the file's tensors.
+struct CheckedPair<'t> {
+    pair: Pair,
+    /// The records of the blocks and of the scales.
+    records: [&'t TensorRecord; 2],
+    plan: RecordedPair,
+    blocks: &'t Tensor,
+    scales: &'t Tensor,
+}
+
+/// Every pair `record` lists, each checked as a preshuffle would have made it (the record's
+/// shapes are a pair the preshuffle accepts) and against `tensors` (present, U8, shaped as the
+/// preshuffle shapes them); and no MXFP4-looking tensor left out of the record.
+fn checked_pairs<'t>(
+    record: &'t PreshuffleRecord,
+    tensors: &'t BTreeMap<String, Tensor>,
+) -> Result<Vec<CheckedPair<'t>>, WeightsError> {
+    let mut checked = Vec::new();
+    for pair in record_pairs(record)? {
+        let records = [&record.tensors[&pair.blocks], &record.tensors[&pair.scales]];
+        let plan = recorded_pair(&pair, records[0], records[1])?;
+        let find = |name: &String, rec: &TensorRecord, want: &Vec<usize>| {
+            let mismatch = |reason: String| WeightsError::RecordMismatch {
+                tensor: name.clone(),
+                reason,
+            };
+            let tensor = tensors
+                .get(name)
+                .ok_or_else(|| mismatch("the file has no such tensor".into()))?;
+            if tensor.dtype != Dtype::U8 {
+                return Err(mismatch(format!(
+                    "the tensor has dtype {}; preshuffled MXFP4 tensors are U8",
+                    tensor.dtype
+                )));
+            }
+            if &tensor.shape != want {
+                return Err(mismatch(format!(
+                    "the tensor has shape {:?}, but the preshuffle of a {:?} tensor with K = {} padded to {} has shape {want:?}",
+                    tensor.shape, rec.original_shape, plan.dims.k, plan.k_padded
+                )));
+            }
+            Ok(tensor)
+        };
+        let blocks = find(&pair.blocks, records[0], &plan.shapes.blocks)?;
+        let scales = find(&pair.scales, records[1], &plan.shapes.scales)?;
+        checked.push(CheckedPair {
+            pair,
+            records,
+            plan,
+            blocks,
+            scales,
+        });
+    }
+    // A preshuffle rewrites every pair and refuses a lone `_blocks` or U8 `_scales`, so any
+    // such tensor left unrecorded means the record was edited: its layout is a guess.
+    for (name, tensor) in tensors {
+        if !record.tensors.contains_key(name)
+            && (name.ends_with("_blocks")
+                || (name.ends_with("_scales") && tensor.dtype == Dtype::U8))
+        {
+            return Err(WeightsError::Unrecorded {
+                tensor: name.clone(),
+            });
+        }
+    }
+    Ok(checked)
 }
 
 /// What a recorded pair must look like once preshuffled.
