@@ -245,3 +245,27 @@ fn a_truncated_hsa_library_is_refused_before_it_is_mapped() {
     let o = tilegen_env(&gemm, &env);
     assert_eq!(o.ending, Ending::Success, "{o:?}");
 }
+
+#[test]
+fn tune_params_that_are_not_a_regular_file_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("params.toml");
+    let c = std::ffi::CString::new(path(&fifo)).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let db = dir.path().join("t.db");
+    for params in [path(&fifo), "/dev/zero", path(dir.path())] {
+        let o = tilegen(&[
+            "tune",
+            "--shape",
+            "256,256,1024",
+            "--params",
+            params,
+            "--db",
+            path(&db),
+        ]);
+        refused(&o, "--params");
+        assert!(o.elapsed < Duration::from_secs(10), "{o:?}");
+    }
+    assert!(!db.exists());
+}

@@ -293,9 +293,12 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         ByArg::Device => By::Device,
     };
     let params_toml = match &a.params {
-        Some(p) => {
-            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-        }
+        // Read as `gemm --params` reads it: a regular file of bounded size, never a FIFO or a
+        // device; the workers get the text.
+        Some(p) => Some(
+            tilegen::emu::timing::Params::read_file(p)
+                .with_context(|| format!("--params {}", p.display()))?,
+        ),
         None => None,
     };
     let eval = EvalSettings {
