@@ -1,7 +1,6 @@
-//! `aiter-calibrate [--out DIR] [--corpus DIR] [--params FILE] [--set all|calibration]
-//! [--fit] [--no-model] [--detail]`: judges time predictors on the calibration rows of AMD's
-//! MI355X-measured f4gemm table and on the held-out rows; prints their error tables, writes
-//! `calibration.csv`, `timing-model-runs.csv` and one SVG plot per predictor into DIR (default
+//! `aiter-calibrate`: judges time predictors on the calibration rows of AMD's MI355X-measured
+//! f4gemm table and on the held-out rows; prints their error tables, writes `calibration.csv`,
+//! `timing-model-runs.csv` and one SVG plot per predictor into `--out` (default
 //! `target/calibrate`). `--fit` runs the timing model's calibration procedure on the
 //! calibration rows only and writes the fitted parameters to `DIR/fitted-params.toml`.
 //! `cargo xtask calibrate` runs it.
@@ -10,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{ArgGroup, Parser, ValueEnum};
 use tilegen_aiter::calibrate::{
     CalibrationRow, Evaluation, KExtrapolation, ModelRun, Predictor, Roofline, Set, TimingModel,
     calibration_rows, fit,
@@ -18,25 +18,121 @@ use tilegen_aiter::{Corpus, default_dir};
 use tilegen_emu::timing::Params;
 use tilegen_output::Output;
 
-const USAGE: &str = "usage: aiter-calibrate [--out DIR] [--corpus DIR] [--params FILE] [--set all|calibration] [--fit] [--no-model] [--detail]\n  \
-    --out DIR      where calibration.csv and the plots go (default: <workspace>/target/calibrate)\n  \
-    --corpus DIR   the AITER corpus (default: $TILEGEN_AITER_DIR or <workspace>/target/aiter)\n  \
-    --params FILE  timing parameters overriding the model's params.toml\n  \
-    --set S        rows to run: all (default) or calibration (model development never looks at held-out rows)\n  \
-    --cpu-only     run the model on every row and report only its CPU time and failures (no errors)\n  \
-    --fit          fit the timing model's free parameters on the calibration rows, write DIR/fitted-params.toml\n  \
-    --update FILE  with --fit: also write the fitted entries into FILE (the model's params.toml)\n  \
-    --no-model     the roofline only\n  \
-    --detail       print every row the model ran\n  \
-    --full-k       simulate every K step (no extrapolation of long K loops)\n  \
-    --k-steps A,B  extrapolate long K loops from runs of A and B steps (default 4,28)\n  \
-    --row LINE     run the model on one calibration row (table line) and print the whole prediction\n  \
-    --shape M,N,K  with --tile MxN: run the model on a shape of one's choosing (no measurement to compare)\n  \
-    --tile MxN     the AITER kernel of --shape, by its tile (e.g. 128x128)\n  \
-    --trace FILE   with --row or --shape: write a Perfetto trace of the first CU\n  \
-    --max-cus N    simulate at most N CUs of XCD 0
-  --census N     instructions per wave of the cross-XCD address census (0: none)
-  --full-grid    simulate every workgroup on every CU (no sampled rounds; slow)";
+/// The rows a run covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RowSet {
+    /// Calibration and held-out rows.
+    All,
+    /// The calibration rows only (model development never looks at held-out rows).
+    Calibration,
+}
+
+/// Judge time predictors against AMD's MI355X-measured f4gemm times (AITER's tuned table).
+#[derive(Debug, Parser)]
+#[command(
+    name = "aiter-calibrate",
+    // A flag given twice takes its last value, as `cargo xtask calibrate` relies on when its
+    // caller passes its own `--out`.
+    args_override_self = true,
+    group(ArgGroup::new("one_run").args(["row", "shape"]).multiple(true))
+)]
+struct Args {
+    /// Where calibration.csv, the plots and the report go (default:
+    /// <workspace>/target/calibrate).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The AITER corpus (default: $TILEGEN_AITER_DIR or <workspace>/target/aiter).
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
+    /// Timing parameters overriding the model's params.toml.
+    #[arg(long, value_name = "FILE")]
+    params: Option<PathBuf>,
+    /// Rows to run.
+    #[arg(long, value_enum, default_value_t = RowSet::All)]
+    set: RowSet,
+    /// Run the model on every row and report only its CPU time and failures (no errors).
+    #[arg(long)]
+    cpu_only: bool,
+    /// Fit the timing model's free parameters on the calibration rows, write
+    /// DIR/fitted-params.toml.
+    #[arg(long)]
+    fit: bool,
+    /// With --fit: also write the fitted entries into FILE (the model's params.toml).
+    #[arg(long, value_name = "FILE")]
+    update: Option<PathBuf>,
+    /// The roofline only.
+    #[arg(long)]
+    no_model: bool,
+    /// Print every row the model ran.
+    #[arg(long)]
+    detail: bool,
+    /// Simulate every K step (no extrapolation of long K loops).
+    #[arg(long)]
+    full_k: bool,
+    /// Extrapolate long K loops from runs of SHORT and LONG steps (default 4,28).
+    #[arg(long, value_name = "SHORT,LONG", value_parser = parse_k_steps)]
+    k_steps: Option<(u32, u32)>,
+    /// Run the model on one calibration row (table line) and print the whole prediction.
+    #[arg(long, value_name = "LINE")]
+    row: Option<u64>,
+    /// With --tile MxN: run the model on a shape of one's choosing (no measurement to compare).
+    #[arg(long, value_name = "M,N,K", value_parser = parse_shape)]
+    shape: Option<(u32, u32, u32)>,
+    /// The AITER kernel of --shape, by its tile (e.g. 128x128).
+    #[arg(long, value_name = "MxN", requires = "shape")]
+    tile: Option<String>,
+    /// With --row or --shape: write a Perfetto trace of the first CU.
+    #[arg(long, value_name = "FILE", requires = "one_run")]
+    trace: Option<PathBuf>,
+    /// Simulate at most N CUs of XCD 0.
+    #[arg(long, value_name = "N")]
+    max_cus: Option<u32>,
+    /// Instructions per wave of the cross-XCD address census (0: none).
+    #[arg(long, value_name = "N")]
+    census: Option<u64>,
+    /// Simulate every workgroup on every CU (no sampled rounds; slow).
+    #[arg(long)]
+    full_grid: bool,
+}
+
+impl Args {
+    fn out(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/calibrate"))
+    }
+
+    fn corpus(&self) -> PathBuf {
+        self.corpus.clone().unwrap_or_else(default_dir)
+    }
+}
+
+/// `--k-steps SHORT,LONG`, `0 < SHORT < LONG`.
+fn parse_k_steps(v: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected SHORT,LONG with 0 < SHORT < LONG, not {v:?}");
+    let (x, y) = v.split_once(',').ok_or_else(bad)?;
+    let (x, y): (u32, u32) = (
+        x.trim().parse().map_err(|_| bad())?,
+        y.trim().parse().map_err(|_| bad())?,
+    );
+    if !(0 < x && x < y) {
+        return Err(bad());
+    }
+    Ok((x, y))
+}
+
+/// `--shape M,N,K`.
+fn parse_shape(v: &str) -> Result<(u32, u32, u32), String> {
+    let bad = || format!("expected M,N,K, not {v:?}");
+    let dims: Vec<u32> = v
+        .split(',')
+        .map(|d| d.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    match dims[..] {
+        [m, n, k] => Ok((m, n, k)),
+        _ => Err(bad()),
+    }
+}
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -50,128 +146,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     s
-}
-
-struct Args {
-    out: PathBuf,
-    corpus: PathBuf,
-    params: Option<PathBuf>,
-    calibration_only: bool,
-    fit: bool,
-    model: bool,
-    detail: bool,
-    row: Option<u64>,
-    shape: Option<(u32, u32, u32)>,
-    tile: Option<String>,
-    trace: Option<PathBuf>,
-    max_cus: Option<u32>,
-    census: Option<u64>,
-    full_grid: bool,
-    full_k: bool,
-    k_steps: Option<(u32, u32)>,
-    update: Option<PathBuf>,
-    cpu_only: bool,
-}
-
-fn parse() -> Result<Option<Args>, String> {
-    let mut a = Args {
-        out: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/calibrate"),
-        corpus: default_dir(),
-        params: None,
-        calibration_only: false,
-        fit: false,
-        model: true,
-        detail: false,
-        row: None,
-        shape: None,
-        tile: None,
-        trace: None,
-        max_cus: None,
-        census: None,
-        full_grid: false,
-        full_k: false,
-        k_steps: None,
-        update: None,
-        cpu_only: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match arg.as_str() {
-            "--out" => a.out = value("--out")?.into(),
-            "--corpus" => a.corpus = value("--corpus")?.into(),
-            "--params" => a.params = Some(value("--params")?.into()),
-            "--set" => match value("--set")?.as_str() {
-                "all" => a.calibration_only = false,
-                "calibration" => a.calibration_only = true,
-                other => return Err(format!("--set takes all or calibration, not {other:?}")),
-            },
-            "--fit" => a.fit = true,
-            "--cpu-only" => a.cpu_only = true,
-            "--update" => a.update = Some(value("--update")?.into()),
-            "--no-model" => a.model = false,
-            "--detail" => a.detail = true,
-            "--full-k" => a.full_k = true,
-            "--full-grid" => a.full_grid = true,
-            "--k-steps" => {
-                let v = value("--k-steps")?;
-                let bad = || format!("--k-steps takes SHORT,LONG, not {v:?}");
-                let (x, y) = v.split_once(',').ok_or_else(bad)?;
-                let (x, y) = (x.parse().map_err(|_| bad())?, y.parse().map_err(|_| bad())?);
-                if !(0 < x && x < y) {
-                    return Err(bad());
-                }
-                a.k_steps = Some((x, y));
-            }
-            "--row" => {
-                a.row = Some(
-                    value("--row")?
-                        .parse()
-                        .map_err(|e| format!("--row takes a table line: {e}"))?,
-                )
-            }
-            "--shape" => {
-                let v = value("--shape")?;
-                let bad = || format!("--shape takes M,N,K, not {v:?}");
-                let dims: Vec<u32> = v
-                    .split(',')
-                    .map(|d| d.trim().parse().map_err(|_| bad()))
-                    .collect::<Result<_, _>>()?;
-                let [m, n, k] = dims[..] else {
-                    return Err(bad());
-                };
-                a.shape = Some((m, n, k));
-            }
-            "--tile" => a.tile = Some(value("--tile")?),
-            "--trace" => a.trace = Some(value("--trace")?.into()),
-            "--max-cus" => {
-                a.max_cus = Some(
-                    value("--max-cus")?
-                        .parse()
-                        .map_err(|e| format!("--max-cus takes a number: {e}"))?,
-                )
-            }
-            "--census" => {
-                a.census = Some(
-                    value("--census")?
-                        .parse()
-                        .map_err(|e| format!("--census takes a number: {e}"))?,
-                )
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if a.tile.is_some() && a.shape.is_none() {
-        return Err("--tile names the kernel of --shape M,N,K, which is missing".into());
-    }
-    if a.trace.is_some() && a.row.is_none() && a.shape.is_none() {
-        return Err("--trace traces the run of --row or --shape, and neither is given".into());
-    }
-    Ok(Some(a))
 }
 
 /// Sampled rounds, or with `--full-grid` every workgroup.
@@ -199,14 +173,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let args = match parse() {
-        Ok(Some(a)) => a,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("aiter-calibrate: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -217,14 +184,14 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = Corpus::open(&args.corpus)?;
+    let corpus = Corpus::open(&args.corpus())?;
     let mut rows = calibration_rows(&corpus)?;
     let params = match &args.params {
         Some(p) => Params::from_file(p)?,
         None => Params::mi355x(),
     };
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
+    let out = args.out();
+    std::fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     if let Some(line) = args.row {
         return one_row(&rows, line, params, args);
     }
@@ -241,7 +208,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
             .collect();
         let fitted = fit::fit(&cal, &params, &mut |line| eprintln!("{line}"))?;
-        let path = args.out.join("fitted-params.toml");
+        let path = out.join("fitted-params.toml");
         write_atomically(&path, fitted.toml().as_bytes())?;
         print!("{}", fitted.report());
         println!("wrote {}", path.display());
@@ -265,7 +232,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         rows.iter().filter(|r| r.set() == Set::HeldOut).count()
     );
     let roofline = Roofline::fit(&rows)?;
-    if args.calibration_only {
+    if args.set == RowSet::Calibration {
         rows.retain(|r| r.set() == Set::Calibration);
         let _ = writeln!(report, "running the calibration rows only");
     }
@@ -282,30 +249,30 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     )
     .extrapolating(extrapolation(args));
     let mut predictors: Vec<&dyn Predictor> = vec![&roofline];
-    if args.model {
+    if !args.no_model {
         predictors.push(&model);
     }
     let started = std::time::Instant::now();
     let eval = Evaluation::run(&rows, &predictors);
     let wall = started.elapsed().as_secs_f64();
     let mut tables = eval.table();
-    if args.model {
+    if !args.no_model {
         let _ = writeln!(tables, "{}", eval.comparison(0, 1));
     }
-    let mut written = eval.write(&args.out)?;
-    if args.model {
+    let mut written = eval.write(&out)?;
+    if !args.no_model {
         let runs = model.take_runs();
         tables.push_str(&cpu_report(&runs, &rows, wall));
         if args.detail {
             print!("{}", detail(&runs, &rows));
         }
-        let path = args.out.join("timing-model-runs.csv");
+        let path = out.join("timing-model-runs.csv");
         write_atomically(&path, runs_csv(&runs, &rows).as_bytes())?;
         written.push(path);
     }
     print!("{tables}");
     report.push_str(&tables);
-    let path = args.out.join("report.txt");
+    let path = out.join("report.txt");
     write_atomically(&path, report.as_bytes())?;
     written.push(path);
     for path in written {
