@@ -25,27 +25,15 @@ pub const TRIPLE: Triple = Triple {
 pub(crate) fn llvm_triple() -> TargetTriple {
     TargetTriple::create(&TRIPLE.to_string())
 }
-/// The processor.
-pub const CPU: &str = "gfx950";
-/// LDS bytes per workgroup on gfx950 (160 KB per CU).
-pub const LDS_BYTES: u32 = 160 * 1024;
-/// Lanes per wave.
-pub const WAVE_SIZE: u32 = 64;
-/// Architectural VGPRs per lane (AGPRs come on top, up to the same count).
-pub const MAX_ARCH_VGPRS: u32 = 256;
-/// Unified VGPR + AGPR file per lane.
-pub const MAX_UNIFIED_VGPRS: u32 = 512;
-/// Largest workgroup.
-pub const MAX_WORKGROUP_SIZE: u32 = 1024;
-/// SIMDs per CU.
-pub const SIMDS_PER_CU: u32 = 4;
-/// Wave slots per SIMD.
-pub const MAX_WAVES_PER_SIMD: u32 = 8;
-/// Compute units of an MI355X (8 XCDs x 32): the workgroups one round of a launch runs.
-pub const COMPUTE_UNITS: u32 = 256;
-/// Accelerator complex dies of an MI355X, each with its own L2; the dispatcher deals
-/// workgroups to them round robin in linear (x-fastest) order.
-pub const XCDS: u32 = 8;
+// The machine's facts live in tilegen-arch; the builder checks against them.
+pub use tilegen_arch::{
+    COMPUTE_UNITS, MAX_ARCH_VGPRS, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE,
+    SIMDS_PER_CU, WAVE_SIZE, XCDS,
+};
+/// The processor LLVM compiles for.
+pub const CPU: &str = tilegen_arch::PROCESSOR;
+/// LDS bytes one workgroup may allocate: all of a CU's.
+pub const LDS_BYTES: u32 = tilegen_arch::LDS_BYTES_PER_CU;
 /// LLVM's calling convention number of `amdgpu_kernel`.
 pub const AMDGPU_KERNEL_CC: u32 = 91;
 

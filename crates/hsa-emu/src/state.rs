@@ -33,7 +33,7 @@ pub(crate) const DEVICE_POOL: sys::MemoryPool = sys::MemoryPool {
 };
 
 /// The emulated GPU's compute units (an MI355X has 256).
-pub(crate) const COMPUTE_UNITS: u32 = 256;
+pub(crate) const COMPUTE_UNITS: u32 = tilegen_arch::COMPUTE_UNITS;
 /// Allocation granule and alignment of both pools.
 pub(crate) const GRANULE: usize = 4096;
 /// Timestamp ticks per second (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`): 100 MHz.

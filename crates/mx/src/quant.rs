@@ -18,7 +18,7 @@ use crate::error::MxError;
 use crate::fp4::{decode_e2m1, encode_e2m1, packed_code};
 
 /// Elements per MX block (one E8M0 scale each).
-pub const MX_BLOCK: usize = 32;
+pub const MX_BLOCK: usize = tilegen_arch::MX_BLOCK as usize;
 /// Bytes of packed FP4 data per block.
 pub const MX_BLOCK_BYTES: usize = MX_BLOCK / 2;
 /// E2M1's largest exponent (`emax_elem` in the OCP MX spec): `6 = 1.5 * 2^2`.

@@ -10,7 +10,7 @@ use tilegen_hsa::{AgentInfo, HsaDevice, HsaError, HsaOptions};
 use crate::EmuDevice;
 
 /// The agent name of an MI355X: the only GPU tilegen's code objects run on.
-pub const GFX950: &str = "gfx950";
+pub const GFX950: &str = tilegen_arch::PROCESSOR;
 
 /// Which device to run on (`--device auto|emu|hsa[:N]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

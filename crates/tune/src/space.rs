@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
-use tilegen_dsl::target::COMPUTE_UNITS;
+use tilegen_arch::COMPUTE_UNITS;
 use tilegen_kernels::{KernelSpec, SpecError, Variant};
 
 use crate::template::{Shape, Space};

@@ -35,7 +35,7 @@ use crate::table::TableRow;
 
 /// Compute units of an MI355X: the tuned table's `cu_num` for its rows, and the number of
 /// workgroups that run at once (one per CU: the kernels use all 160 KiB of a CU's LDS).
-pub const MI355X_CUS: u32 = 256;
+pub const MI355X_CUS: u32 = tilegen_arch::COMPUTE_UNITS;
 
 /// The calibration split, fixed: rows of the kernels with these `(tile_m, tile_n)` tiles are
 /// calibration (a small-M, a wide-N and a large-M kernel: 211 of the 796 MI355X rows); every

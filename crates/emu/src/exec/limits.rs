@@ -32,7 +32,8 @@ pub const DEFAULT_MAX_WORK_ITEMS: u64 = 1 << 28;
 pub const FALLBACK_MAX_MEMORY: u64 = tilegen_host::FALLBACK_MEMORY_BUDGET;
 
 /// Host bytes of one wave's register file (512 VGPR/AGPR slots of 64 lanes of 4 bytes).
-pub const WAVE_REGISTER_BYTES: u64 = 512 * 64 * 4;
+pub const WAVE_REGISTER_BYTES: u64 =
+    tilegen_arch::MAX_UNIFIED_VGPRS as u64 * tilegen_arch::WAVE_SIZE as u64 * 4;
 
 /// A request beyond one of the emulator's limits, or a size that does not fit in 64 bits.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -34,9 +34,9 @@ pub const APERTURE_SIZE: u64 = 1 << 32;
 
 /// CDNA4 allocates LDS in contiguous 1280-byte blocks (ISA section 3.6.5), so a workgroup may
 /// address up to the end of its last block.
-pub const LDS_GRANULE: u32 = 1280;
+pub const LDS_GRANULE: u32 = tilegen_arch::LDS_GRANULE_BYTES;
 /// LDS per compute unit on gfx950 (the most one workgroup can have).
-pub const LDS_MAX: u32 = 160 * 1024;
+pub const LDS_MAX: u32 = tilegen_arch::LDS_BYTES_PER_CU;
 
 /// Whether an access reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use super::fp::{self, MiniFloat};
 pub type Vgpr = [u32; 64];
 
 /// K elements that share one E8M0 scale in the block-scaled instructions.
-pub const SCALE_BLOCK: usize = 32;
+pub const SCALE_BLOCK: usize = tilegen_arch::MX_BLOCK as usize;
 
 /// Largest M x K operand any instruction here uses (16x128 and 32x64 both have 2048).
 const MAX_OPERAND_ELEMS: usize = 2048;
