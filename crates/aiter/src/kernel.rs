@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tilegen_codeobj::CodeObject;
+use tilegen_codeobj::{CodeObject, ValueKind};
 
 use crate::error::AiterError;
 use crate::kernargs::{BLOCK, Field, KERNARG_BYTES};
@@ -158,7 +158,7 @@ impl F4GemmKernel {
                     field.size()
                 )));
             }
-            if field.is_pointer() != (arg.value_kind == "global_buffer") {
+            if field.is_pointer() != (arg.value_kind == ValueKind::GlobalBuffer) {
                 return Err(bad(format!(
                     "argument {} is a {}, expected {}",
                     field.metadata_name(),

@@ -15,5 +15,5 @@ mod reader;
 
 pub use descriptor::{DESCRIPTOR_BYTES, KernelDescriptor, Rsrc1, Rsrc2, Rsrc3};
 pub use error::CodeObjectError;
-pub use metadata::{KernelArg, KernelMeta};
+pub use metadata::{KernelArg, KernelMeta, ValueKind};
 pub use reader::{CodeObject, CodeObjectVersion, GFX950_MACH, Kernel, Segment, Symbol, SymbolKind};

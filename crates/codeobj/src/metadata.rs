@@ -1,11 +1,136 @@
 //! The `amdhsa.kernels` entries of the `NT_AMDGPU_METADATA` note (msgpack).
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
 use rmpv::Value;
 use serde::Serialize;
 
 use crate::error::CodeObjectError;
+
+/// What a kernel argument is (the metadata's `.value_kind`): an explicit argument the caller
+/// passes, or a hidden one the runtime fills.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ValueKind {
+    /// An argument passed by value (integers, floats, structs).
+    ByValue,
+    /// A pointer to global memory.
+    GlobalBuffer,
+    /// A pointer to dynamically allocated LDS.
+    DynamicSharedPointer,
+    /// An image handle.
+    Image,
+    /// A sampler handle.
+    Sampler,
+    /// A pipe.
+    Pipe,
+    /// A device-side enqueue queue.
+    Queue,
+    /// `hidden_block_count_{x,y,z}`: workgroups in the grid, per dimension (0, 1, 2).
+    HiddenBlockCount(usize),
+    /// `hidden_group_size_{x,y,z}`: work-items per workgroup, per dimension.
+    HiddenGroupSize(usize),
+    /// `hidden_remainder_{x,y,z}`: work-items of the last, partial workgroup.
+    HiddenRemainder(usize),
+    /// `hidden_global_offset_{x,y,z}`.
+    HiddenGlobalOffset(usize),
+    /// `hidden_grid_dims`: 1, 2 or 3.
+    HiddenGridDims,
+    /// `hidden_dynamic_lds_size`: LDS bytes added at launch.
+    HiddenDynamicLdsSize,
+    /// Another hidden argument (pointers to runtime objects: queue, heap, hostcall, printf,
+    /// multigrid sync, completion action, private and shared bases; `hidden_none`), by name.
+    Hidden(String),
+    /// A kind this crate does not know, by name: metadata of other compilers and newer code
+    /// object versions stays readable.
+    Other(String),
+}
+
+impl ValueKind {
+    /// Whether the runtime, not the caller, fills the argument.
+    pub fn is_hidden(&self) -> bool {
+        matches!(
+            self,
+            ValueKind::HiddenBlockCount(_)
+                | ValueKind::HiddenGroupSize(_)
+                | ValueKind::HiddenRemainder(_)
+                | ValueKind::HiddenGlobalOffset(_)
+                | ValueKind::HiddenGridDims
+                | ValueKind::HiddenDynamicLdsSize
+                | ValueKind::Hidden(_)
+        )
+    }
+}
+
+const XYZ: [&str; 3] = ["x", "y", "z"];
+
+impl FromStr for ValueKind {
+    // Every name is a kind: unknown ones become `Hidden` or `Other`.
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let axis = |prefix: &str| {
+            s.strip_prefix(prefix)
+                .and_then(|a| XYZ.iter().position(|x| *x == a))
+        };
+        Ok(match s {
+            "by_value" => ValueKind::ByValue,
+            "global_buffer" => ValueKind::GlobalBuffer,
+            "dynamic_shared_pointer" => ValueKind::DynamicSharedPointer,
+            "image" => ValueKind::Image,
+            "sampler" => ValueKind::Sampler,
+            "pipe" => ValueKind::Pipe,
+            "queue" => ValueKind::Queue,
+            "hidden_grid_dims" => ValueKind::HiddenGridDims,
+            "hidden_dynamic_lds_size" => ValueKind::HiddenDynamicLdsSize,
+            _ => {
+                if let Some(d) = axis("hidden_block_count_") {
+                    ValueKind::HiddenBlockCount(d)
+                } else if let Some(d) = axis("hidden_group_size_") {
+                    ValueKind::HiddenGroupSize(d)
+                } else if let Some(d) = axis("hidden_remainder_") {
+                    ValueKind::HiddenRemainder(d)
+                } else if let Some(d) = axis("hidden_global_offset_") {
+                    ValueKind::HiddenGlobalOffset(d)
+                } else if s.starts_with("hidden_") {
+                    ValueKind::Hidden(s.to_string())
+                } else {
+                    ValueKind::Other(s.to_string())
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for ValueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let axis = |d: &usize| XYZ.get(*d).copied().unwrap_or("?");
+        match self {
+            ValueKind::ByValue => f.write_str("by_value"),
+            ValueKind::GlobalBuffer => f.write_str("global_buffer"),
+            ValueKind::DynamicSharedPointer => f.write_str("dynamic_shared_pointer"),
+            ValueKind::Image => f.write_str("image"),
+            ValueKind::Sampler => f.write_str("sampler"),
+            ValueKind::Pipe => f.write_str("pipe"),
+            ValueKind::Queue => f.write_str("queue"),
+            ValueKind::HiddenBlockCount(d) => write!(f, "hidden_block_count_{}", axis(d)),
+            ValueKind::HiddenGroupSize(d) => write!(f, "hidden_group_size_{}", axis(d)),
+            ValueKind::HiddenRemainder(d) => write!(f, "hidden_remainder_{}", axis(d)),
+            ValueKind::HiddenGlobalOffset(d) => write!(f, "hidden_global_offset_{}", axis(d)),
+            ValueKind::HiddenGridDims => f.write_str("hidden_grid_dims"),
+            ValueKind::HiddenDynamicLdsSize => f.write_str("hidden_dynamic_lds_size"),
+            ValueKind::Hidden(s) | ValueKind::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl Serialize for ValueKind {
+    /// As the metadata spells it.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// One kernel argument.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -17,7 +142,7 @@ pub struct KernelArg {
     /// Size in bytes.
     pub size: u32,
     /// `.value_kind`: `global_buffer`, `by_value`, `hidden_block_count_x`, ...
-    pub value_kind: String,
+    pub value_kind: ValueKind,
     /// `.address_space` of pointers (`global`, ...).
     pub address_space: Option<String>,
     /// `.value_type`, when present (older metadata).
@@ -30,7 +155,7 @@ pub struct KernelArg {
 impl KernelArg {
     /// Hidden arguments are filled by the runtime, not the caller.
     pub fn is_hidden(&self) -> bool {
-        self.value_kind.starts_with("hidden_")
+        self.value_kind.is_hidden()
     }
 }
 
@@ -106,18 +231,24 @@ fn parse_arg(v: &Value) -> Result<KernelArg, CodeObjectError> {
         name: None,
         offset: 0,
         size: 0,
-        value_kind: String::new(),
+        value_kind: ValueKind::Other(String::new()),
         address_space: None,
         value_type: None,
         extra: BTreeMap::new(),
     };
-    let (mut has_offset, mut has_size) = (false, false);
+    let (mut has_offset, mut has_size, mut has_kind) = (false, false, false);
     for (k, v) in as_map(v, ".args entry")? {
         match k.as_str() {
             ".name" => arg.name = Some(string(&v, &k)?),
             ".offset" => (arg.offset, has_offset) = (uint(&v, &k)?, true),
             ".size" => (arg.size, has_size) = (uint(&v, &k)?, true),
-            ".value_kind" => arg.value_kind = string(&v, &k)?,
+            ".value_kind" => {
+                let name = string(&v, &k)?;
+                // An empty name is no kind: refused below as missing.
+                has_kind = !name.is_empty();
+                let Ok(kind) = name.parse();
+                arg.value_kind = kind;
+            }
             ".address_space" => arg.address_space = Some(string(&v, &k)?),
             ".value_type" => arg.value_type = Some(string(&v, &k)?),
             _ => {
@@ -125,7 +256,7 @@ fn parse_arg(v: &Value) -> Result<KernelArg, CodeObjectError> {
             }
         }
     }
-    if !has_offset || !has_size || arg.value_kind.is_empty() {
+    if !has_offset || !has_size || !has_kind {
         return Err(CodeObjectError::Metadata(
             "an argument lacks .offset, .size or .value_kind".into(),
         ));
@@ -191,5 +322,34 @@ impl KernelMeta {
     /// The arguments a caller supplies (not hidden), in order.
     pub fn explicit_args(&self) -> impl Iterator<Item = &KernelArg> {
         self.args.iter().filter(|a| !a.is_hidden())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_kinds_round_trip() {
+        for name in [
+            "by_value",
+            "global_buffer",
+            "hidden_block_count_y",
+            "hidden_group_size_z",
+            "hidden_remainder_x",
+            "hidden_global_offset_z",
+            "hidden_grid_dims",
+            "hidden_dynamic_lds_size",
+            "hidden_queue_ptr",
+            "something_new",
+        ] {
+            let k: ValueKind = name.parse().unwrap();
+            assert_eq!(k.to_string(), name);
+            assert_eq!(k.is_hidden(), name.starts_with("hidden_"), "{name}");
+        }
+        assert_eq!(
+            "hidden_block_count_y".parse::<ValueKind>().unwrap(),
+            ValueKind::HiddenBlockCount(1)
+        );
     }
 }

@@ -346,7 +346,7 @@ fn check_metadata(path: &Path, co: &CodeObject) {
                                 ".name" => a.name.clone().unwrap_or_default(),
                                 ".offset" => a.offset.to_string(),
                                 ".size" => a.size.to_string(),
-                                ".value_kind" => a.value_kind.clone(),
+                                ".value_kind" => a.value_kind.to_string(),
                                 ".address_space" => a.address_space.clone().unwrap_or_default(),
                                 ".value_type" => a.value_type.clone().unwrap_or_default(),
                                 other => {

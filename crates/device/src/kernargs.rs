@@ -1,134 +1,9 @@
 //! Building a kernarg segment from a kernel's metadata, as the HSA runtime does.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::Serialize;
-use tilegen_codeobj::{Kernel, KernelArg};
+use tilegen_codeobj::{Kernel, KernelArg, ValueKind};
 
 use crate::{DevicePtr, LaunchConfig, RuntimeError};
-
-/// What a kernel argument is (the metadata's `.value_kind`): an explicit argument the caller
-/// passes, or a hidden one the runtime fills.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ValueKind {
-    /// An argument passed by value (integers, floats, structs).
-    ByValue,
-    /// A pointer to global memory.
-    GlobalBuffer,
-    /// A pointer to dynamically allocated LDS.
-    DynamicSharedPointer,
-    /// An image handle.
-    Image,
-    /// A sampler handle.
-    Sampler,
-    /// A pipe.
-    Pipe,
-    /// A device-side enqueue queue.
-    Queue,
-    /// `hidden_block_count_{x,y,z}`: workgroups in the grid, per dimension (0, 1, 2).
-    HiddenBlockCount(usize),
-    /// `hidden_group_size_{x,y,z}`: work-items per workgroup, per dimension.
-    HiddenGroupSize(usize),
-    /// `hidden_remainder_{x,y,z}`: work-items of the last, partial workgroup.
-    HiddenRemainder(usize),
-    /// `hidden_global_offset_{x,y,z}`.
-    HiddenGlobalOffset(usize),
-    /// `hidden_grid_dims`: 1, 2 or 3.
-    HiddenGridDims,
-    /// `hidden_dynamic_lds_size`: LDS bytes added at launch.
-    HiddenDynamicLdsSize,
-    /// Another hidden argument (pointers to runtime objects: queue, heap, hostcall, printf,
-    /// multigrid sync, completion action, private and shared bases; `hidden_none`), by name.
-    Hidden(String),
-    /// A kind this crate does not know, by name.
-    Other(String),
-}
-
-impl ValueKind {
-    /// The kind of `arg`.
-    pub fn of(arg: &KernelArg) -> ValueKind {
-        // Infallible: unknown names become `Hidden` or `Other`.
-        arg.value_kind
-            .parse()
-            .unwrap_or(ValueKind::Other(String::new()))
-    }
-
-    /// Whether the runtime, not the caller, fills the argument.
-    pub fn is_hidden(&self) -> bool {
-        matches!(
-            self,
-            ValueKind::HiddenBlockCount(_)
-                | ValueKind::HiddenGroupSize(_)
-                | ValueKind::HiddenRemainder(_)
-                | ValueKind::HiddenGlobalOffset(_)
-                | ValueKind::HiddenGridDims
-                | ValueKind::HiddenDynamicLdsSize
-                | ValueKind::Hidden(_)
-        )
-    }
-}
-
-const XYZ: [&str; 3] = ["x", "y", "z"];
-
-impl FromStr for ValueKind {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let axis = |prefix: &str| {
-            s.strip_prefix(prefix)
-                .and_then(|a| XYZ.iter().position(|x| *x == a))
-        };
-        Ok(match s {
-            "by_value" => ValueKind::ByValue,
-            "global_buffer" => ValueKind::GlobalBuffer,
-            "dynamic_shared_pointer" => ValueKind::DynamicSharedPointer,
-            "image" => ValueKind::Image,
-            "sampler" => ValueKind::Sampler,
-            "pipe" => ValueKind::Pipe,
-            "queue" => ValueKind::Queue,
-            "hidden_grid_dims" => ValueKind::HiddenGridDims,
-            "hidden_dynamic_lds_size" => ValueKind::HiddenDynamicLdsSize,
-            _ => {
-                if let Some(d) = axis("hidden_block_count_") {
-                    ValueKind::HiddenBlockCount(d)
-                } else if let Some(d) = axis("hidden_group_size_") {
-                    ValueKind::HiddenGroupSize(d)
-                } else if let Some(d) = axis("hidden_remainder_") {
-                    ValueKind::HiddenRemainder(d)
-                } else if let Some(d) = axis("hidden_global_offset_") {
-                    ValueKind::HiddenGlobalOffset(d)
-                } else if s.starts_with("hidden_") {
-                    ValueKind::Hidden(s.to_string())
-                } else {
-                    ValueKind::Other(s.to_string())
-                }
-            }
-        })
-    }
-}
-
-impl fmt::Display for ValueKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let axis = |d: &usize| XYZ.get(*d).copied().unwrap_or("?");
-        match self {
-            ValueKind::ByValue => f.write_str("by_value"),
-            ValueKind::GlobalBuffer => f.write_str("global_buffer"),
-            ValueKind::DynamicSharedPointer => f.write_str("dynamic_shared_pointer"),
-            ValueKind::Image => f.write_str("image"),
-            ValueKind::Sampler => f.write_str("sampler"),
-            ValueKind::Pipe => f.write_str("pipe"),
-            ValueKind::Queue => f.write_str("queue"),
-            ValueKind::HiddenBlockCount(d) => write!(f, "hidden_block_count_{}", axis(d)),
-            ValueKind::HiddenGroupSize(d) => write!(f, "hidden_group_size_{}", axis(d)),
-            ValueKind::HiddenRemainder(d) => write!(f, "hidden_remainder_{}", axis(d)),
-            ValueKind::HiddenGlobalOffset(d) => write!(f, "hidden_global_offset_{}", axis(d)),
-            ValueKind::HiddenGridDims => f.write_str("hidden_grid_dims"),
-            ValueKind::HiddenDynamicLdsSize => f.write_str("hidden_dynamic_lds_size"),
-            ValueKind::Hidden(s) | ValueKind::Other(s) => f.write_str(s),
-        }
-    }
-}
 
 /// One explicit kernel argument.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -233,7 +108,7 @@ pub fn build(
         }
     };
     for (i, (slot, value)) in explicit.iter().zip(args).enumerate() {
-        if ValueKind::of(slot) == ValueKind::GlobalBuffer
+        if slot.value_kind == ValueKind::GlobalBuffer
             && !matches!(value, ArgValue::Ptr(_) | ArgValue::Null)
         {
             return Err(err(format!(
@@ -253,7 +128,7 @@ pub fn build(
         put(slot, &bytes);
     }
     for a in meta.args.iter().filter(|a| a.is_hidden()) {
-        let v: u64 = match ValueKind::of(a) {
+        let v: u64 = match a.value_kind {
             ValueKind::HiddenBlockCount(d) => config.grid[d] as u64,
             ValueKind::HiddenGroupSize(d) => config.block[d] as u64,
             // The grid is a whole number of workgroups, so no workgroup is partial.
@@ -279,30 +154,6 @@ fn describe_slot(a: &KernelArg) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn value_kinds_round_trip() {
-        for name in [
-            "by_value",
-            "global_buffer",
-            "hidden_block_count_y",
-            "hidden_group_size_z",
-            "hidden_remainder_x",
-            "hidden_global_offset_z",
-            "hidden_grid_dims",
-            "hidden_dynamic_lds_size",
-            "hidden_queue_ptr",
-            "something_new",
-        ] {
-            let k: ValueKind = name.parse().unwrap();
-            assert_eq!(k.to_string(), name);
-            assert_eq!(k.is_hidden(), name.starts_with("hidden_"), "{name}");
-        }
-        assert_eq!(
-            "hidden_block_count_y".parse::<ValueKind>().unwrap(),
-            ValueKind::HiddenBlockCount(1)
-        );
-    }
-
     use std::collections::BTreeMap;
 
     use tilegen_codeobj::{KernelDescriptor, KernelMeta};
@@ -317,7 +168,7 @@ mod tests {
                 name: Some("x".into()),
                 offset: arg_offset,
                 size: 4,
-                value_kind: "by_value".into(),
+                value_kind: ValueKind::ByValue,
                 address_space: None,
                 value_type: None,
                 extra: BTreeMap::new(),

@@ -27,7 +27,8 @@ use tilegen_codeobj::{CodeObject, Kernel};
 
 pub use buffer::Buffer;
 pub use error::{BoxError, Fault, RuntimeError};
-pub use kernargs::{ArgValue, ValueKind};
+pub use kernargs::ArgValue;
+pub use tilegen_codeobj::ValueKind;
 pub use stats::{Count, Counters, LaunchStats};
 
 /// An address in device memory.

@@ -274,7 +274,7 @@ impl ResourceReport {
                     name: a.name.clone(),
                     offset: a.offset,
                     size: a.size,
-                    kind: a.value_kind.clone(),
+                    kind: a.value_kind.to_string(),
                 })
                 .collect(),
         })
