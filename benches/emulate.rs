@@ -92,8 +92,8 @@ fn main() {
         let cmp = reference.compare_bf16(&got).expect("compare");
         assert!(cmp.passed(), "{}: {cmp}", fk.name());
         let t = median(times);
-        let insts = stats["wave_instructions"].as_u64().unwrap_or(0) as f64;
-        let mfmas = stats["mfma"].as_u64().unwrap_or(0) as f64;
+        let insts = stats.wave_instructions() as f64;
+        let mfmas = stats.mfma() as f64;
         let flops = 2.0 * (M * N * K) as f64;
         println!(
             "{:<28} {:>9.1} {:>10} {:>10.1} {:>10.0} {:>9.2} {:>7.1}x",

@@ -103,7 +103,7 @@ fn run(launch: &GemmLaunch, a: &MxMatrix, b: &MxMatrix) -> Result<Run, String> {
     Ok(Run {
         d,
         wall: report.wall,
-        mfma: stats["mfma"].as_u64().unwrap_or(0),
+        mfma: stats.mfma(),
     })
 }
 

@@ -45,11 +45,7 @@ fn check(dev: &EmuDevice, fk: &ForeignKernel, m: usize, n: usize, k: usize, seed
     let cmp = reference.compare_bf16(&got).unwrap();
     assert!(cmp.passed(), "{} {m}x{n}x{k}: {cmp}", fk.name());
     let stats = report.stats.unwrap();
-    assert!(
-        stats["mfma"].as_u64().unwrap() > 0,
-        "{}: no MFMA executed",
-        fk.name()
-    );
+    assert!(stats.mfma() > 0, "{}: no MFMA executed", fk.name());
     for p in [pa, pb, psa, psb, pc] {
         dev.free(p).unwrap();
     }

@@ -29,7 +29,7 @@ pub use buffer::Buffer;
 pub use error::{BoxError, Fault, RuntimeError};
 pub use kernargs::ArgValue;
 pub use tilegen_codeobj::ValueKind;
-pub use stats::{Count, Counters, LaunchStats};
+pub use stats::{Counter, Counters, LaunchStats};
 
 /// An address in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -1,28 +1,90 @@
 //! What a device counted during one launch.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::ops::Index;
+use std::ops::{Index, IndexMut};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-/// Counters of one launch that are plain numbers (no invariant ties them together).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
+/// A number a device counts during one launch (besides instructions by class and mnemonic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Counter {
     /// Matrix instructions executed.
-    pub mfma: u64,
+    Mfma,
     /// Operations the matrix instructions did (2 M N K each).
-    pub mfma_ops: u64,
+    MfmaOps,
     /// Workgroups run.
-    pub workgroups: u64,
+    Workgroups,
     /// Waves run.
-    pub waves: u64,
+    Waves,
     /// DS accesses that touched bytes outside the workgroup's LDS (read 0, dropped).
-    pub lds_out_of_range: u64,
+    LdsOutOfRange,
     /// Buffer lane-accesses that failed the range check (read 0, dropped).
-    pub buffer_out_of_range: u64,
+    BufferOutOfRange,
     /// Clocks single-address DS accesses lost to LDS bank conflicts.
-    pub lds_bank_conflict_cycles: u64,
+    LdsBankConflictCycles,
+}
+
+impl Counter {
+    /// Every counter, in report order (the index of [`Counters`]).
+    pub const ALL: [Counter; 7] = [
+        Counter::Mfma,
+        Counter::MfmaOps,
+        Counter::Workgroups,
+        Counter::Waves,
+        Counter::LdsOutOfRange,
+        Counter::BufferOutOfRange,
+        Counter::LdsBankConflictCycles,
+    ];
+
+    /// The counter's name in the JSON report (`tilegen emu run --json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Mfma => "mfma",
+            Counter::MfmaOps => "mfma_ops",
+            Counter::Workgroups => "workgroups",
+            Counter::Waves => "waves",
+            Counter::LdsOutOfRange => "lds_out_of_range",
+            Counter::BufferOutOfRange => "buffer_out_of_range",
+            Counter::LdsBankConflictCycles => "lds_bank_conflict_cycles",
+        }
+    }
+
+    /// The counter named `name` in the JSON report.
+    pub fn from_name(name: &str) -> Option<Counter> {
+        Counter::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// One value per [`Counter`], indexed by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters([u64; Counter::ALL.len()]);
+
+impl Counters {
+    /// Every counter with its value, in report order.
+    pub fn iter(&self) -> impl Iterator<Item = (Counter, u64)> + '_ {
+        Counter::ALL.into_iter().map(|c| (c, self[c]))
+    }
+
+    /// Adds `other` into `self`, counter by counter.
+    pub fn add(&mut self, other: &Counters) {
+        for c in Counter::ALL {
+            self[c] += other[c];
+        }
+    }
+}
+
+impl Index<Counter> for Counters {
+    type Output = u64;
+
+    fn index(&self, c: Counter) -> &u64 {
+        &self.0[c as usize]
+    }
+}
+
+impl IndexMut<Counter> for Counters {
+    fn index_mut(&mut self, c: Counter) -> &mut u64 {
+        &mut self.0[c as usize]
+    }
 }
 
 /// Instruction counts of one launch (the emulator counts them; a GPU does not): wave
@@ -30,27 +92,15 @@ pub struct Counters {
 /// classes by construction.
 ///
 /// Serializes as the JSON object `tilegen emu run --json` prints (`wave_instructions`,
-/// `by_class`, `by_opcode`, then the counters), and indexes by those names
-/// (`stats["mfma"].get()`).
+/// `by_class`, `by_opcode`, then the counters by [`Counter::name`]), and indexes by
+/// [`Counter`] (`stats[Counter::Mfma]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchStats {
-    wave_instructions: Count,
-    by_class: BTreeMap<String, Count>,
-    by_opcode: BTreeMap<String, Count>,
+    wave_instructions: u64,
+    by_class: BTreeMap<String, u64>,
+    by_opcode: BTreeMap<String, u64>,
     counters: Counters,
-    /// The counters again as [`Count`]s, for [`Index`].
-    named: [Count; 7],
 }
-
-const COUNTER_NAMES: [&str; 7] = [
-    "mfma",
-    "mfma_ops",
-    "workgroups",
-    "waves",
-    "lds_out_of_range",
-    "buffer_out_of_range",
-    "lds_bank_conflict_cycles",
-];
 
 impl LaunchStats {
     /// Stats from wave-instruction counts by class and by mnemonic, and the other counters.
@@ -61,51 +111,34 @@ impl LaunchStats {
         S: Into<String>,
         T: Into<String>,
     {
-        let by_class: BTreeMap<String, Count> = by_class
-            .into_iter()
-            .map(|(k, v)| (k.into(), Count(Some(v))))
-            .collect();
-        let total = by_class.values().map(Count::get).sum();
-        let c = counters;
+        let by_class: BTreeMap<String, u64> =
+            by_class.into_iter().map(|(k, v)| (k.into(), v)).collect();
         LaunchStats {
-            wave_instructions: Count(Some(total)),
+            wave_instructions: by_class.values().sum(),
             by_class,
-            by_opcode: by_opcode
-                .into_iter()
-                .map(|(k, v)| (k.into(), Count(Some(v))))
-                .collect(),
+            by_opcode: by_opcode.into_iter().map(|(k, v)| (k.into(), v)).collect(),
             counters,
-            named: [
-                c.mfma,
-                c.mfma_ops,
-                c.workgroups,
-                c.waves,
-                c.lds_out_of_range,
-                c.buffer_out_of_range,
-                c.lds_bank_conflict_cycles,
-            ]
-            .map(|v| Count(Some(v))),
         }
     }
 
     /// Wave-instructions executed in all.
     pub fn wave_instructions(&self) -> u64 {
-        self.wave_instructions.get()
+        self.wave_instructions
     }
 
     /// Wave-instructions by class (`salu`, `valu`, `mfma`, `vmem_load`, ...).
     pub fn by_class(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.by_class.iter().map(|(k, v)| (k.as_str(), v.get()))
+        self.by_class.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
     /// Wave-instructions of one class (0 for a class not counted).
     pub fn class(&self, name: &str) -> u64 {
-        self.by_class.get(name).map_or(0, Count::get)
+        self.by_class.get(name).copied().unwrap_or(0)
     }
 
     /// Wave-instructions by mnemonic.
     pub fn by_opcode(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.by_opcode.iter().map(|(k, v)| (k.as_str(), v.get()))
+        self.by_opcode.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
     /// The other counters.
@@ -113,19 +146,19 @@ impl LaunchStats {
         &self.counters
     }
 
-    /// Matrix instructions executed.
+    /// Matrix instructions executed (`self[Counter::Mfma]`).
     pub fn mfma(&self) -> u64 {
-        self.counters.mfma
+        self[Counter::Mfma]
     }
 
-    /// Workgroups run.
+    /// Workgroups run (`self[Counter::Workgroups]`).
     pub fn workgroups(&self) -> u64 {
-        self.counters.workgroups
+        self[Counter::Workgroups]
     }
 
-    /// Waves run.
+    /// Waves run (`self[Counter::Waves]`).
     pub fn waves(&self) -> u64 {
-        self.counters.waves
+        self[Counter::Waves]
     }
 }
 
@@ -140,60 +173,22 @@ impl Default for LaunchStats {
     }
 }
 
-/// One counter as [`LaunchStats`]' index operator returns it: absent for a name the stats do
-/// not have.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Count(Option<u64>);
+impl Index<Counter> for LaunchStats {
+    type Output = u64;
 
-impl Count {
-    /// The value (0 when absent).
-    pub fn get(&self) -> u64 {
-        self.0.unwrap_or(0)
-    }
-
-    /// The value, `None` when the stats have no counter of that name.
-    pub fn as_u64(&self) -> Option<u64> {
-        self.0
-    }
-}
-
-impl fmt::Display for Count {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(v) => write!(f, "{v}"),
-            None => f.write_str("null"),
-        }
-    }
-}
-
-static ABSENT: Count = Count(None);
-
-/// `stats["wave_instructions"]`, `stats["mfma"]`, ... by the names of the JSON report.
-impl Index<&str> for LaunchStats {
-    type Output = Count;
-
-    fn index(&self, name: &str) -> &Count {
-        if name == "wave_instructions" {
-            return &self.wave_instructions;
-        }
-        COUNTER_NAMES
-            .iter()
-            .position(|n| *n == name)
-            .map_or(&ABSENT, |i| &self.named[i])
+    fn index(&self, c: Counter) -> &u64 {
+        &self.counters[c]
     }
 }
 
 impl Serialize for LaunchStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let counts = |m: &BTreeMap<String, Count>| -> BTreeMap<String, u64> {
-            m.iter().map(|(k, v)| (k.clone(), v.get())).collect()
-        };
-        let mut map = s.serialize_map(Some(3 + COUNTER_NAMES.len()))?;
-        map.serialize_entry("wave_instructions", &self.wave_instructions())?;
-        map.serialize_entry("by_class", &counts(&self.by_class))?;
-        map.serialize_entry("by_opcode", &counts(&self.by_opcode))?;
-        for (name, v) in COUNTER_NAMES.iter().zip(&self.named) {
-            map.serialize_entry(name, &v.get())?;
+        let mut map = s.serialize_map(Some(3 + Counter::ALL.len()))?;
+        map.serialize_entry("wave_instructions", &self.wave_instructions)?;
+        map.serialize_entry("by_class", &self.by_class)?;
+        map.serialize_entry("by_opcode", &self.by_opcode)?;
+        for (c, v) in self.counters.iter() {
+            map.serialize_entry(c.name(), &v)?;
         }
         map.end()
     }
@@ -205,22 +200,24 @@ mod tests {
 
     #[test]
     fn the_total_is_the_sum_of_the_classes() {
-        let s = LaunchStats::new(
-            [("salu", 3), ("mfma", 4)],
-            [("v_mfma", 4u64)],
-            Counters {
-                mfma: 4,
-                waves: 2,
-                ..Counters::default()
-            },
-        );
+        let mut counters = Counters::default();
+        counters[Counter::Mfma] = 4;
+        counters[Counter::Waves] = 2;
+        let s = LaunchStats::new([("salu", 3), ("mfma", 4)], [("v_mfma", 4u64)], counters);
         assert_eq!(s.wave_instructions(), 7);
-        assert_eq!(s["wave_instructions"].as_u64(), Some(7));
-        assert_eq!(s["mfma"].get(), 4);
-        assert_eq!(s["waves"].to_string(), "2");
-        assert_eq!(s["nothing"].as_u64(), None);
+        assert_eq!(s[Counter::Mfma], 4);
+        assert_eq!(s[Counter::Waves], 2);
         assert_eq!(s.class("mfma"), 4);
         assert_eq!(s.class("valu"), 0);
-        assert_eq!(LaunchStats::default()["mfma"].as_u64(), Some(0));
+        assert_eq!(LaunchStats::default()[Counter::Mfma], 0);
+    }
+
+    #[test]
+    fn counters_are_named_once_in_report_order() {
+        for (i, c) in Counter::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i, "{c:?}");
+            assert_eq!(Counter::from_name(c.name()), Some(c));
+        }
+        assert_eq!(Counter::from_name("nothing"), None);
     }
 }

@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 use tilegen_kernels::{CompiledKernel, KernelSpec, MfmaShape, OutDtype};
 use tilegen_mx::{MxMatrix, reference_gemm};
-use tilegen_runtime::EmuDevice;
+use tilegen_runtime::{Counter, EmuDevice};
 
 const MS: [usize; 4] = [1, 17, 64, 200];
 
@@ -208,7 +208,7 @@ fn swizzled_lds_tiles_have_no_bank_conflicts() {
                         let lost = report
                             .stats
                             .as_ref()
-                            .and_then(|s| s["lds_bank_conflict_cycles"].as_u64());
+                            .map(|s| s[Counter::LdsBankConflictCycles]);
                         cycles.push((k.name().to_string(), lost));
                     }
                     Err(e) => errs.push(format!("{}: {e}", k.name())),
