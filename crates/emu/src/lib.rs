@@ -6,3 +6,4 @@
 
 pub mod exec;
 pub mod isa;
+pub mod timing;

@@ -1,28 +1,36 @@
-//! Building a spec into a code object, and what comes back.
+//! The one compile path every kernel family takes (declare, emit the body, compile in process,
+//! read the resources back) and the one compiled-kernel type they all hold. A family wraps it
+//! with what it was built from: the GEMM's [`CompiledKernel`](crate::CompiledKernel) adds its
+//! spec, a MoE layer's kernels their stage.
 
 use serde::Serialize;
-use tilegen_dsl::Context;
 use tilegen_dsl::target::{
     LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, SIMDS_PER_CU, WAVE_SIZE,
 };
-use tilegen_dsl::{CompileOptions, Kernel, KernelAttrs, Timings};
+use tilegen_dsl::{CompileOptions, Context, Kernel, KernelAttrs, Signature, Timings};
 
-use crate::spec::{KernelSpec, SpecError, Variant};
-use crate::{gemm, lds, preb};
-
-/// Why [`KernelSpec::build`] gave no kernel.
+/// Why a validated kernel could not be compiled: a bug in the generator (or the toolchain),
+/// reported with the cause rather than aborted on.
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// The spec breaks a rule; nothing was generated.
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    /// LLVM or the linker failed on a validated spec: a bug in the generator, reported with
-    /// the builder's error rather than aborted on.
-    #[error("compiling the validated spec failed")]
-    Compile(#[source] tilegen_dsl::DslError),
+pub enum CompileError {
+    /// Emitting the body, LLVM or the linker failed.
+    #[error("compiling kernel {kernel} failed")]
+    Compile {
+        /// The kernel's symbol.
+        kernel: String,
+        /// Why.
+        #[source]
+        source: tilegen_dsl::DslError,
+    },
     /// The code object the compiler produced does not describe the kernel.
-    #[error("reading the compiled kernel's resources failed")]
-    Report(#[source] ReportError),
+    #[error("reading the resources of kernel {kernel} from its code object failed")]
+    Report {
+        /// The kernel's symbol.
+        kernel: String,
+        /// Why.
+        #[source]
+        source: ReportError,
+    },
 }
 
 /// Why a [`ResourceReport`] could not be read from a code object.
@@ -78,27 +86,20 @@ pub struct Kernarg {
     pub kind: String,
 }
 
-/// A spec compiled to a loadable gfx950 code object. Read-only: what it holds was produced
-/// together and stays together.
+/// One kernel compiled to a loadable gfx950 code object, with what compiling it produced. Every
+/// kernel family holds these. Read-only: what it holds was produced together and stays together.
 #[derive(Debug, Clone)]
-pub struct CompiledKernel {
-    pub(crate) spec: KernelSpec,
+pub struct BuiltKernel {
     name: String,
     code_object: Vec<u8>,
     asm: String,
     ir: String,
     report: ResourceReport,
-    cache_key: String,
     timings: Timings,
     diagnostics: Vec<String>,
 }
 
-impl CompiledKernel {
-    /// The spec it was built from.
-    pub fn spec(&self) -> &KernelSpec {
-        &self.spec
-    }
-
+impl BuiltKernel {
     /// Kernel symbol name.
     pub fn name(&self) -> &str {
         &self.name
@@ -119,17 +120,12 @@ impl CompiledKernel {
         &self.ir
     }
 
-    /// Resources read back from the code object.
+    /// Resources read back from the code object, the kernarg layout included.
     pub fn report(&self) -> &ResourceReport {
         &self.report
     }
 
-    /// Stable cache key of the spec.
-    pub fn cache_key(&self) -> &str {
-        &self.cache_key
-    }
-
-    /// Compile stage times.
+    /// Compile stage times (zero for a kernel read from a code object).
     pub fn timings(&self) -> &Timings {
         &self.timings
     }
@@ -138,100 +134,12 @@ impl CompiledKernel {
     pub fn diagnostics(&self) -> &[String] {
         &self.diagnostics
     }
-}
 
-impl KernelSpec {
-    /// Validates the spec and compiles it, in process. Every rule is checked before LLVM runs.
-    pub fn build(&self) -> Result<CompiledKernel, BuildError> {
-        self.build_with(CompileOptions {
-            emit_asm: true,
-            emit_ir: true,
-            code_object_v5: false,
-        })
-    }
-
-    /// [`KernelSpec::build`] with explicit outputs (skip the listing and IR for the fastest
-    /// build).
-    pub fn build_with(&self, options: CompileOptions) -> Result<CompiledKernel, BuildError> {
-        self.validate()?;
-        let name = self.kernel_name();
-        let attrs = KernelAttrs {
-            workgroup_size: self.threads(),
-            waves_per_eu: self.waves_per_eu,
-        };
-        let built = compile_kernel(&name, &gemm::params(), attrs, options, |k| {
-            if self.acc_agprs {
-                // Validation caps the accumulators at a lane's AGPRs.
-                k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
-            }
-            match self.variant {
-                Variant::Preb => preb::build(k, self),
-                Variant::Lds => lds::build(k, self),
-            }
-        })?;
-        Ok(CompiledKernel {
-            spec: self.clone(),
-            name: built.name,
-            code_object: built.code_object,
-            asm: built.asm,
-            ir: built.ir,
-            report: built.report,
-            cache_key: self.cache_key(),
-            timings: built.timings,
-            diagnostics: built.diagnostics,
-        })
-    }
-}
-
-/// What compiling one kernel body gives, before it is wrapped for its family.
-#[derive(Debug, Clone)]
-pub(crate) struct Built {
-    pub(crate) name: String,
-    pub(crate) code_object: Vec<u8>,
-    pub(crate) asm: String,
-    pub(crate) ir: String,
-    pub(crate) report: ResourceReport,
-    pub(crate) timings: Timings,
-    pub(crate) diagnostics: Vec<String>,
-}
-
-/// Declares kernel `name` with `signature`, emits its body with `body`, compiles it in process
-/// and reads its resources back: the path every kernel family shares.
-pub(crate) fn compile_kernel(
-    name: &str,
-    signature: &tilegen_dsl::Signature,
-    attrs: KernelAttrs,
-    options: CompileOptions,
-    body: impl FnOnce(&Kernel<'_>) -> tilegen_dsl::Result<()>,
-) -> Result<Built, BuildError> {
-    let ctx = Context::create();
-    let compile_err = BuildError::Compile;
-    let k = Kernel::new(&ctx, name, signature, attrs).map_err(compile_err)?;
-    body(&k).and_then(|()| k.finish()).map_err(compile_err)?;
-    let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
-    let report = ResourceReport::read(&out.code_object, name).map_err(BuildError::Report)?;
-    Ok(Built {
-        name: name.to_string(),
-        code_object: out.code_object,
-        asm: out.asm.unwrap_or_default(),
-        ir: out.ir.unwrap_or_default(),
-        report,
-        timings: out.timings,
-        diagnostics: out.diagnostics,
-    })
-}
-
-impl CompiledKernel {
-    /// A kernel compiled earlier (a kernel pack's, a compile cache's): `code_object` must hold
-    /// the kernel `spec` names. The spec is validated and the report read back; the listing
-    /// and IR are empty and the timings zero. Nothing is compiled.
-    pub fn from_code_object(spec: KernelSpec, code_object: Vec<u8>) -> Result<Self, BuildError> {
-        spec.validate()?;
-        let name = spec.kernel_name();
-        let report = ResourceReport::read(&code_object, &name).map_err(BuildError::Report)?;
-        Ok(CompiledKernel {
-            cache_key: spec.cache_key(),
-            spec,
+    /// Kernel `name` of a code object compiled earlier (a kernel pack's, a compile cache's): the
+    /// report is read back; the listing and IR are empty and the timings zero.
+    pub(crate) fn from_code_object(name: String, code_object: Vec<u8>) -> Result<Self, ReportError> {
+        let report = ResourceReport::read(&code_object, &name)?;
+        Ok(BuiltKernel {
             name,
             code_object,
             asm: String::new(),
@@ -241,6 +149,39 @@ impl CompiledKernel {
             diagnostics: Vec::new(),
         })
     }
+}
+
+/// Declares kernel `name` with `signature`, emits its body with `body`, compiles it in process
+/// and reads its resources back: the path every kernel family takes.
+pub(crate) fn compile_kernel(
+    name: &str,
+    signature: &Signature,
+    attrs: KernelAttrs,
+    options: CompileOptions,
+    body: impl FnOnce(&Kernel<'_>) -> tilegen_dsl::Result<()>,
+) -> Result<BuiltKernel, CompileError> {
+    let ctx = Context::create();
+    let compile_err = |source| CompileError::Compile {
+        kernel: name.to_string(),
+        source,
+    };
+    let k = Kernel::new(&ctx, name, signature, attrs).map_err(compile_err)?;
+    body(&k).and_then(|()| k.finish()).map_err(compile_err)?;
+    let out = tilegen_dsl::compile(&k, options).map_err(compile_err)?;
+    let report =
+        ResourceReport::read(&out.code_object, name).map_err(|source| CompileError::Report {
+            kernel: name.to_string(),
+            source,
+        })?;
+    Ok(BuiltKernel {
+        name: name.to_string(),
+        code_object: out.code_object,
+        asm: out.asm.unwrap_or_default(),
+        ir: out.ir.unwrap_or_default(),
+        report,
+        timings: out.timings,
+        diagnostics: out.diagnostics,
+    })
 }
 
 impl ResourceReport {

@@ -1,4 +1,7 @@
-//! tilegen-kernels: MXFP4 block-scaled GEMM kernels for gfx950, generated from a [`KernelSpec`].
+//! tilegen-kernels: MXFP4 kernels for gfx950 — block-scaled GEMMs generated from a
+//! [`KernelSpec`] ([`gemm`]), grouped mixture-of-experts layers ([`moe`]) and paged FP8 decode
+//! attention ([`attention`]), built from the shared pieces of [`tile`] and compiled by one path
+//! into [`BuiltKernel`]s.
 //!
 //! ```no_run
 //! use tilegen_kernels::KernelSpec;
@@ -12,21 +15,13 @@ pub mod asm;
 pub mod attention;
 mod compiled;
 pub mod gemm;
-mod launch;
-mod lds;
-pub mod loader;
-pub mod mma;
 pub mod moe;
 pub mod paged;
-mod preb;
-mod spec;
-mod xcd;
+pub mod tile;
 
-pub use compiled::{BuildError, CompiledKernel, Kernarg, ReportError, ResourceReport, occupancy};
-pub use launch::{
-    GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem,
+pub use compiled::{BuiltKernel, CompileError, Kernarg, ReportError, ResourceReport, occupancy};
+pub use gemm::{
+    BuildError, CachePolicy, CompiledKernel, GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput,
+    KernelSpec, LaunchError, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
+    check_problem,
 };
-pub use spec::{
-    CachePolicy, KernelSpec, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
-};
-pub mod atom;

@@ -11,7 +11,7 @@ use tilegen_dsl::{
     CachePolicy, CompileOptions, Context, Elem, Kernel, KernelAttrs, MmaAtom, Signature, Storage,
     TileTensor, Ty, Value, compile, dev_layout,
 };
-use tilegen_kernels::atom::{
+use tilegen_kernels::tile::atom::{
     Bf16Mfma, BlockScaled, F8f6f4, MFMA_16X16X32_BF16, MFMA_16X16X128_FP8, MFMA_32X32X16_BF16,
     MFMA_32X32X64_FP8, SCALE_16X16X128_FP4, SCALE_16X16X128_FP8, SCALE_32X32X64_FP4,
     SCALE_32X32X64_FP8, ScaleSel, Swapped,

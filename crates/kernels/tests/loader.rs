@@ -12,10 +12,10 @@ use tilegen_dsl::{
     CachePolicy, CompileOptions, Context, Int, Kernel, KernelAttrs, Lds, MmaAtom, Signature, Value,
     compile,
 };
-use tilegen_kernels::atom::{
+use tilegen_kernels::tile::atom::{
     MFMA_16X16X32_BF16, MFMA_16X16X128_FP8, MFMA_32X32X16_BF16, MFMA_32X32X64_FP8,
 };
-use tilegen_kernels::loader::{KeyOrder, LdsTile, TiledMmaLoader, v_operand_layout};
+use tilegen_kernels::tile::loader::{KeyOrder, LdsTile, TiledMmaLoader, v_operand_layout};
 use tilegen_layout::{Layout, Swizzle, SwizzleChain};
 use tilegen_runtime::{ArgValue, Device, EmuDevice, LaunchConfig, launch};
 
@@ -323,7 +323,7 @@ fn load_b_folds_the_immediate_offset() {
 }
 
 /// `load_b_tr`: a bf16 B operand stored `[K][N]` (N contiguous), two `ds_read_b64_tr_b16`.
-fn check_load_b_tr(what: &str, atom: tilegen_kernels::atom::Bf16Mfma, swizzle: SwizzleChain) {
+fn check_load_b_tr(what: &str, atom: tilegen_kernels::tile::atom::Bf16Mfma, swizzle: SwizzleChain) {
     let [_, n, kd] = atom.shape_mnk();
     // (n, k) -> n + N k: rows of N elements.
     let layout = Layout::new((n, kd), (1, n)).unwrap();

@@ -11,7 +11,6 @@
 #![deny(missing_docs)]
 
 mod child;
-pub mod llvm;
 mod zoo;
 
 use std::path::{Path, PathBuf};

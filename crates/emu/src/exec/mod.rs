@@ -14,7 +14,7 @@
 
 pub(crate) mod dsops;
 pub mod fault;
-pub mod interp;
+pub(crate) mod interp;
 pub mod launch;
 pub mod limits;
 pub(crate) mod mai;

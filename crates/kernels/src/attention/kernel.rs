@@ -10,10 +10,10 @@ use tilegen_mx::attention::{P_SCALE_LOG2, Q_SCALE_EXP_RANGE, sm_log2e};
 
 use super::BLOCK_N;
 use super::spec::AttentionSpec;
-use crate::atom::MFMA_16X16X128_FP8;
-use crate::loader::{KeyOrder, LdsTile, TiledMmaLoader};
 use crate::paged::{PagedRowIndices, RowCopy};
-use crate::xcd::xcd_order;
+use crate::tile::atom::MFMA_16X16X128_FP8;
+use crate::tile::loader::{KeyOrder, LdsTile, TiledMmaLoader};
+use crate::tile::xcd::xcd_order;
 
 /// `s_waitcnt lgkmcnt(0)` (vmcnt and expcnt at their maxima): every LDS read has returned.
 const LGKMCNT_0: u32 = 0xF | (0x3 << 14) | (0x7 << 4);

@@ -20,7 +20,7 @@
 //!    (`buffer_load_dwordx4 ... lds`, 1 KB per wave instruction). Rows past the sequence's end
 //!    are fetched from past the buffer's end, so they land as zeros.
 //! 2. `S^T = K Q^T` with `v_mfma_f32_16x16x128_f8f6f4`: K tiles (16 keys each) are the A operand,
-//!    read by [`TiledMmaLoader`](crate::loader::TiledMmaLoader) (a 64-wide head reads its second
+//!    read by [`TiledMmaLoader`](crate::tile::loader::TiledMmaLoader) (a 64-wide head reads its second
 //!    K half as zeros); Q (bf16, up to 16 query heads of the group, zero-padded) is the B operand,
 //!    quantized to FP8 once per workgroup with a power-of-two scale per row.
 //! 3. Online softmax in log2 units on the accumulators: each lane holds one query column and 32
@@ -28,7 +28,7 @@
 //!    none until the end.
 //! 4. `O^T += V^T P^T`: P (times 256, in FP8) is packed from the accumulators in order; V strips
 //!    are read with four `ds_read_b64_tr_b8` each in the accumulators' key order
-//!    ([`KeyOrder::Accumulator`](crate::loader::KeyOrder)), so P needs no shuffle.
+//!    ([`KeyOrder::Accumulator`](crate::tile::loader::KeyOrder)), so P needs no shuffle.
 //!
 //! Each wave keeps two loads in flight: V of a tile loads while its S and softmax are
 //! computed, and K of the wave's next tile (into the K slot, just read) while its PV is.
@@ -54,7 +54,7 @@ mod spec;
 
 pub use run::{AttentionBuffers, AttentionLaunchError, AttentionOutput};
 pub use spec::{
-    AttentionBuildError, AttentionKernels, AttentionSpec, AttentionSpecError, BuiltKernel,
+    AttentionBuildError, AttentionKernels, AttentionSpec, AttentionSpecError,
     GROUP_SIZES, HEAD_DIMS, MAX_SPLIT_KV, MAX_WAVES, MIN_TILES_PER_PARTIAL, PAGE_SIZES,
 };
 pub use tilegen_mx::attention::BLOCK_N;

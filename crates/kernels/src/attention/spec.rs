@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 use tilegen_dsl::target::{COMPUTE_UNITS, LDS_BYTES};
-use tilegen_dsl::{CompileOptions, Context, Kernel, KernelAttrs, Timings};
+use tilegen_dsl::{CompileOptions, KernelAttrs};
 
-use crate::compiled::{ReportError, ResourceReport};
+use crate::compiled::{BuiltKernel, CompileError, compile_kernel};
 use crate::paged::{PagedError, PagedTile};
 
 use super::{BLOCK_N, kernel, reduce};
@@ -302,13 +302,25 @@ impl AttentionSpec {
         options: CompileOptions,
     ) -> Result<AttentionKernels, AttentionBuildError> {
         self.validate()?;
-        let main = compile_one(&self.kernel_name(), self.threads(), options, |k| {
-            kernel::build(k, self)
-        })?;
+        let attrs = |workgroup_size| KernelAttrs {
+            workgroup_size,
+            waves_per_eu: None,
+        };
+        let main = compile_kernel(
+            &self.kernel_name(),
+            &kernel::signature().0,
+            attrs(self.threads()),
+            options,
+            |k| kernel::build(k, self),
+        )?;
         let reduce = if self.needs_reduce() {
-            Some(compile_one(&self.reduce_name(), 64, options, |k| {
-                reduce::build(k, self)
-            })?)
+            Some(compile_kernel(
+                &self.reduce_name(),
+                &reduce::signature().0,
+                attrs(64),
+                options,
+                |k| reduce::build(k, self),
+            )?)
         } else {
             None
         };
@@ -320,87 +332,15 @@ impl AttentionSpec {
     }
 }
 
-fn compile_one(
-    name: &str,
-    threads: u32,
-    options: CompileOptions,
-    body: impl FnOnce(&Kernel<'_>) -> tilegen_dsl::Result<()>,
-) -> Result<BuiltKernel, AttentionBuildError> {
-    let ctx = Context::create();
-    let attrs = KernelAttrs {
-        workgroup_size: threads,
-        waves_per_eu: None,
-    };
-    let sig = if name.ends_with("_reduce") {
-        reduce::signature().0
-    } else {
-        kernel::signature().0
-    };
-    let k = Kernel::new(&ctx, name, &sig, attrs).map_err(AttentionBuildError::Compile)?;
-    body(&k)
-        .and_then(|()| k.finish())
-        .map_err(AttentionBuildError::Compile)?;
-    let out = tilegen_dsl::compile(&k, options).map_err(AttentionBuildError::Compile)?;
-    let report =
-        ResourceReport::read(&out.code_object, name).map_err(AttentionBuildError::Report)?;
-    Ok(BuiltKernel {
-        name: name.to_string(),
-        code_object: out.code_object,
-        asm: out.asm.unwrap_or_default(),
-        report,
-        timings: out.timings,
-    })
-}
-
 /// Why [`AttentionSpec::build`] gave no kernels.
 #[derive(Debug, thiserror::Error)]
 pub enum AttentionBuildError {
     /// The spec breaks a rule; nothing was generated.
     #[error(transparent)]
     Spec(#[from] AttentionSpecError),
-    /// LLVM or the linker failed on a validated spec (a generator bug, reported).
-    #[error("compiling the validated attention spec failed")]
-    Compile(#[source] tilegen_dsl::DslError),
-    /// The code object does not describe the kernel.
-    #[error("reading the compiled kernel's resources failed")]
-    Report(#[source] ReportError),
-}
-
-/// One compiled kernel.
-#[derive(Debug, Clone)]
-pub struct BuiltKernel {
-    name: String,
-    code_object: Vec<u8>,
-    asm: String,
-    report: ResourceReport,
-    timings: Timings,
-}
-
-impl BuiltKernel {
-    /// Symbol name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The code object (`.hsaco`).
-    pub fn code_object(&self) -> &[u8] {
-        &self.code_object
-    }
-
-    /// LLVM's listing (empty when built without it).
-    pub fn asm(&self) -> &str {
-        &self.asm
-    }
-
-    /// Resources read back from the code object.
-    pub fn report(&self) -> &ResourceReport {
-        &self.report
-    }
-
-    /// Compile stage times.
-    pub fn timings(&self) -> &Timings {
-        &self.timings
-    }
+    /// Compiling the validated spec failed (a generator bug, reported with its cause).
+    #[error(transparent)]
+    Compile(#[from] CompileError),
 }
 
 /// The compiled kernels of a spec: the main kernel and, with the keys split over workgroups,

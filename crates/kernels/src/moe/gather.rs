@@ -13,11 +13,13 @@
 use tilegen_dsl::{Buffer, DslError, Int, Kernel, Result, TileTensor, dev_layout, split_strides};
 use tilegen_layout::{Coord, Idx, Layout};
 
-use crate::atom::ScaleSel;
-use crate::gemm::{self, PendingWrites, Threads};
-use crate::mma::BlockScaledMmaOp;
-use crate::preb::{AOperand, Mainloop, ScaleFragments};
-use crate::spec::KernelSpec;
+use crate::gemm::KernelSpec;
+use crate::gemm::common;
+use crate::gemm::preb::{AOperand, Mainloop};
+use crate::tile::atom::ScaleSel;
+use crate::tile::mma::BlockScaledMmaOp;
+use crate::tile::scales::ScaleFragments;
+use crate::tile::stage::{PendingWrites, Threads};
 
 /// The sorted block layout on the device: pair ids of the workgroup's block.
 #[derive(Clone, Copy)]
@@ -222,7 +224,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for GatheredA<'k, 'ctx> {
         let lds = &ml.slots[slot];
         let instrs = bm * (row_bytes / 16) / 64;
         let (lds_place, local) = wave_loads(bm, row_bytes, instrs)?;
-        let swizzle = gemm::operand_swizzle(ml.spec, row_bytes)?;
+        let swizzle = common::operand_swizzle(ml.spec, row_bytes)?;
         let z = k.i32(0);
         let mut pending = Vec::new();
         for r in &self.rounds {

@@ -13,7 +13,7 @@ use tilegen_mx::{MX_BLOCK, MxError, MxMatrix, Shuffler};
 use super::routing::{Routing, RoutingError, SortedBlocks};
 use super::spec::{Combine, MoeSpec, MoeSpecError, Stage};
 use super::stages;
-use crate::compiled::{BuildError, Built, ResourceReport, compile_kernel};
+use crate::compiled::{BuiltKernel, CompileError, compile_kernel};
 
 /// Why a layer could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum MoeError {
         stage: Stage,
         /// Why.
         #[source]
-        source: BuildError,
+        source: CompileError,
     },
     /// The routing is inconsistent with the layer.
     #[error("routing")]
@@ -136,11 +136,18 @@ pub enum MoeInputError {
     },
 }
 
-/// One compiled kernel of a layer.
+/// One compiled kernel of a layer: the [`BuiltKernel`] (read through `Deref`) and its stage.
 #[derive(Debug, Clone)]
 pub struct MoeKernel {
     stage: Stage,
-    built: Built,
+    kernel: BuiltKernel,
+}
+
+impl std::ops::Deref for MoeKernel {
+    type Target = BuiltKernel;
+    fn deref(&self) -> &BuiltKernel {
+        &self.kernel
+    }
 }
 
 impl MoeKernel {
@@ -149,39 +156,9 @@ impl MoeKernel {
         self.stage
     }
 
-    /// Its symbol name.
-    pub fn name(&self) -> &str {
-        &self.built.name
-    }
-
-    /// The code object.
-    pub fn code_object(&self) -> &[u8] {
-        &self.built.code_object
-    }
-
-    /// LLVM's assembly listing.
-    pub fn asm(&self) -> &str {
-        &self.built.asm
-    }
-
-    /// The IR before optimisation.
-    pub fn ir(&self) -> &str {
-        &self.built.ir
-    }
-
-    /// Resources read back from the code object.
-    pub fn report(&self) -> &ResourceReport {
-        &self.built.report
-    }
-
-    /// Compile stage times.
-    pub fn timings(&self) -> &tilegen_dsl::Timings {
-        &self.built.timings
-    }
-
-    /// LLVM's warnings.
-    pub fn diagnostics(&self) -> &[String] {
-        &self.built.diagnostics
+    /// The compiled kernel itself.
+    pub fn kernel(&self) -> &BuiltKernel {
+        &self.kernel
     }
 }
 
@@ -225,13 +202,13 @@ impl MoeSpec {
                 workgroup_size: threads,
                 waves_per_eu,
             };
-            let built = compile_kernel(&name, &sig, attrs, options, |k| match stage {
+            let kernel = compile_kernel(&name, &sig, attrs, options, |k| match stage {
                 Stage::GateUp => stages::gate_up(k, self),
                 Stage::Down => stages::down(k, self),
                 Stage::Reduce => stages::reduce(k),
             })
             .map_err(|source| MoeError::Build { stage, source })?;
-            Ok(MoeKernel { stage, built })
+            Ok(MoeKernel { stage, kernel })
         };
         Ok(MoeLayer {
             spec: self.clone(),

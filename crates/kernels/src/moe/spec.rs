@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tilegen_dsl::target::LDS_BYTES;
 pub use tilegen_mx::moe::{Activation, Combine, MoeShape};
 
-use crate::spec::{KernelSpec, OutDtype, SpecError, Variant};
+use crate::gemm::{KernelSpec, OutDtype, SpecError, Variant};
 
 /// Which kernel of the layer, in launch order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -17,9 +17,10 @@ use tilegen_mx::Shuffler;
 
 use super::gather::{GatheredA, SortedRows, token_of};
 use super::spec::{Activation, MoeSpec, Stage};
-use crate::gemm::Threads;
-use crate::mma::BlockScaledMmaOp;
-use crate::preb::{self, Mainloop, RowsA, Scales};
+use crate::gemm::preb::{self, Mainloop, RowsA};
+use crate::tile::mma::BlockScaledMmaOp;
+use crate::tile::scales::Scales;
+use crate::tile::stage::Threads;
 
 /// `log2(e)`: `exp(x) = 2^(x log2 e)`.
 const LOG2_E: f32 = std::f32::consts::LOG2_E;

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError};
-use crate::spec::KernelSpec;
+use crate::gemm::KernelSpec;
 
 /// A model's MoE layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,8 +6,8 @@ use tilegen_device::{
 };
 use tilegen_mx::{Comparison, ElementDiff, MxError, MxMatrix, Reference, Shuffler};
 
-use crate::compiled::CompiledKernel;
-use crate::spec::{KernelSpec, OutDtype, Variant};
+use super::kernel::CompiledKernel;
+use super::spec::{KernelSpec, OutDtype, Variant};
 
 /// Why a GEMM could not run.
 #[derive(Debug, thiserror::Error)]

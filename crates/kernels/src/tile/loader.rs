@@ -51,7 +51,7 @@
 use tilegen_dsl::{DslError, Int, Kernel, Lds, MmaAtom, Result, TileTensor, Ty, Value, dev_layout};
 use tilegen_layout::{Coord, Idx, Layout, Swizzle, SwizzleChain};
 
-use crate::atom::F8f6f4;
+use super::atom::F8f6f4;
 
 /// Lanes per wave.
 const LANES: i64 = 64;
@@ -762,7 +762,7 @@ impl TiledMmaLoader<F8f6f4> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::atom::{MFMA_16X16X128_FP8, Swapped};
+    use crate::tile::atom::{MFMA_16X16X128_FP8, Swapped};
 
     /// The fragment positions a transposing sequence fills cover every (lane, value) once.
     #[test]

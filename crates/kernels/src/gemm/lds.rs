@@ -6,10 +6,11 @@
 use tilegen_dsl::{CachePolicy, Elem, Int, Kernel, Result, Storage, TileTensor, dev_layout};
 use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
-use crate::atom::ScaleSel;
-use crate::gemm::{self, Ctx};
-use crate::mma::BlockScaledMmaOp;
-use crate::spec::KernelSpec;
+use super::common::{self, Ctx};
+use super::spec::KernelSpec;
+use crate::tile::atom::ScaleSel;
+use crate::tile::mma::BlockScaledMmaOp;
+use crate::tile::stage;
 
 /// Bits of one FP4 element.
 const FP4_BITS: u32 = 4;
@@ -28,7 +29,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let (bm, bn, bk) = (spec.bm as i64, spec.bn as i64, spec.bk_elems as i64);
     let (wm, wn) = (spec.wm as i64, spec.wn as i64);
     // The spec's LDS plan, in its order: A tile, B tile, A scales, B scales.
-    let plan = crate::gemm::alloc_lds(k, spec)?;
+    let plan = common::alloc_lds(k, spec)?;
     let [a_lds, b_lds, sa_lds, sb_lds] = <[_; 4]>::try_from(plan).map_err(|_| {
         tilegen_dsl::DslError::Internal("the LDS variant plans four LDS buffers".into())
     })?;
@@ -57,7 +58,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
                 .tile(&[wave_rows, cols], &[wave.idx(), Idx::Static(0)])
         };
         let srow = step_elems / 32;
-        let sw = gemm::operand_swizzle(spec, step_elems / 2)?;
+        let sw = common::operand_swizzle(spec, step_elems / 2)?;
         let none = SwizzleChain::identity();
         Ok([
             wave_tile(a_lds, bm, wm, wave_m, step_elems, FP4_BITS, sw.clone())?
@@ -74,8 +75,8 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
         |k0: Int<'k, 'ctx>, step_elems: i64, frags: &[TileTensor<'k, 'ctx>; 4]| -> Result<()> {
             let row_bytes = step_elems / 2;
             let srow = step_elems / 32;
-            let sw = gemm::operand_swizzle(spec, row_bytes)?;
-            let pa = gemm::stage_tile(
+            let sw = common::operand_swizzle(spec, row_bytes)?;
+            let pa = stage::stage_tile(
                 &cx,
                 &a,
                 &a_global,
@@ -87,7 +88,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
                 spec.dram_to_lds,
                 &sw,
             )?;
-            let pb = gemm::stage_tile(
+            let pb = stage::stage_tile(
                 &cx,
                 &b,
                 &b_global,
@@ -99,10 +100,10 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
                 spec.dram_to_lds,
                 &sw,
             )?;
-            gemm::commit_tile(&cx, &a_lds, pa)?;
-            gemm::commit_tile(&cx, &b_lds, pb)?;
-            gemm::stage_scales(&cx, &sfa, &sa_global, m0, k0 / 32, &sa_lds, bm, srow)?;
-            gemm::stage_scales(&cx, &sfb, &sb_global, n0, k0 / 32, &sb_lds, bn, srow)?;
+            stage::commit_tile(&cx, &a_lds, pa)?;
+            stage::commit_tile(&cx, &b_lds, pb)?;
+            stage::stage_scales(&cx, &sfa, &sa_global, m0, k0 / 32, &sa_lds, bm, srow)?;
+            stage::stage_scales(&cx, &sfb, &sb_global, n0, k0 / 32, &sb_lds, bn, srow)?;
             k.barrier()?;
             let [a_frag, b_frag, sa_frag, sb_frag] = frags;
             for kk in 0..step_elems / shape.k() as i64 {
@@ -131,7 +132,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let tail = fragments(STEP)?;
     k.for_range(first, cx.kdim / STEP, 1, |s| stage(s * STEP, STEP, &tail))?;
     let block = ([bm, bn], [bid_y, bid_x]);
-    gemm::store_c(
+    common::store_c(
         &cx,
         &mma,
         block,

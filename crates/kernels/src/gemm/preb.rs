@@ -15,17 +15,18 @@
 //! epilogue is the caller's.
 
 use tilegen_dsl::{
-    Buffer, CachePolicy, DevIdx, DevLayout, Int, Kernel, Lds, MfmaShape, MmaAtom, Result, Storage,
-    TileTensor, Ty, Value, Var, dev_layout, downcast, split_strides,
+    Buffer, CachePolicy, DevLayout, Int, Kernel, Lds, MfmaShape, MmaAtom, Result, Storage,
+    TileTensor, Ty, Value, Var, dev_layout, downcast,
 };
-use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_layout::{Idx, Layout};
 use tilegen_mx::Shuffler;
 
-use crate::atom::ScaleSel;
-use crate::gemm::{self, Ctx, Threads};
-use crate::mma::BlockScaledMmaOp;
-use crate::spec::KernelSpec;
-use crate::xcd::xcd_order;
+use super::common::{self, Ctx};
+use super::spec::KernelSpec;
+use crate::tile::mma::BlockScaledMmaOp;
+use crate::tile::scales::{Rows, ScaleFrags, ScaleFragments, Scales};
+use crate::tile::stage::{self, Threads};
+use crate::tile::xcd::xcd_order;
 
 /// Bits of one FP4 element.
 const FP4_BITS: u32 = 4;
@@ -34,204 +35,6 @@ const FP4_BITS: u32 = 4;
 /// (at least 2 x 16 cycles) cover an LDS read's latency, at 4 VGPRs per fragment in flight.
 const A_READ_AHEAD: usize = 2;
 
-/// One operand's preshuffled scales, as two views of the same layout split at dword
-/// granularity: `dwords` addresses the dword a lane loads, `bytes` (no memory) the byte within
-/// it that the MFMA's `op_sel` (or a shift) picks.
-pub(crate) struct Scales<'k, 'ctx> {
-    dwords: TileTensor<'k, 'ctx>,
-    bytes: TileTensor<'k, 'ctx>,
-}
-
-/// A lane's scale fragments for one stage: which dword each MMA tile and K step reads.
-pub(crate) struct ScaleFrags<'k, 'ctx> {
-    dwords: TileTensor<'k, 'ctx>,
-    bytes: TileTensor<'k, 'ctx>,
-    /// Distinct dwords in load order, as `(tile, step)` of their first reader.
-    loads: Vec<(i64, i64)>,
-    /// For `(tile, step)`: its dword's index in `loads`.
-    slot: Vec<Vec<usize>>,
-}
-
-impl<'k, 'ctx> Scales<'k, 'ctx> {
-    /// The view of scale tensor `buf` in the Shuffler's layout over `mn_padded` rows.
-    pub(crate) fn new(
-        k: &'k Kernel<'ctx>,
-        buf: Buffer<'ctx>,
-        mn_padded: Int<'k, 'ctx>,
-        ks: Int<'k, 'ctx>,
-    ) -> Result<Self> {
-        let l = Shuffler::scale_4d_layout(Idx::Static(1), mn_padded.idx(), ks.idx());
-        // `(rows, k_blocks)`: the layout without its group mode.
-        let rows_k = Layout::from_modes(vec![l.mode(1)?, l.mode(2)?]);
-        let (words, within) = split_strides(&rows_k, 4)?;
-        Ok(Scales {
-            dwords: TileTensor::new(k, Storage::Global(buf), words),
-            bytes: TileTensor::index(k, within),
-        })
-    }
-
-    /// A lane's fragments for stage `t` of `k_blocks` K blocks, of the wave's rows `rows` (see
-    /// [`Mainloop::b_rows`]).
-    pub(crate) fn fragments(
-        &self,
-        sf: impl Fn(&TileTensor<'k, 'ctx>) -> Result<TileTensor<'k, 'ctx>>,
-        rows: Rows<'k, 'ctx>,
-        k_blocks: i64,
-        t: Int<'k, 'ctx>,
-    ) -> Result<ScaleFrags<'k, 'ctx>> {
-        let at = |v: &TileTensor<'k, 'ctx>| sf(&rows.of(v, k_blocks, t)?);
-        let (dwords, bytes) = (at(&self.dwords)?, at(&self.bytes)?);
-        // Two (tile, step) pairs read the same dword when they differ only along leaves that
-        // move within it: number the others compactly and compare.
-        let shape = dwords.layout().shape().clone();
-        let moves: Vec<bool> = dwords
-            .layout()
-            .leaf_modes()
-            .iter()
-            .map(|(_, d)| !d.is(0))
-            .collect();
-        let mut size = 1;
-        let mut i = 0;
-        let key_stride = shape.map(&mut |s| {
-            i += 1;
-            let d = if moves[i - 1] { size } else { 0 };
-            size *= s.static_value().unwrap_or(1);
-            Idx::Static(d)
-        });
-        let key = Layout::new(shape, key_stride)?;
-        let [_, tiles, steps] = [0, 1, 2].map(|m| {
-            dwords
-                .layout()
-                .mode(m)
-                .map(|l| l.size().static_value().unwrap_or(0))
-        });
-        let (tiles, steps) = (tiles?, steps?);
-        let mut keys = Vec::new();
-        let mut loads = Vec::new();
-        let mut slot = vec![vec![0; steps as usize]; tiles as usize];
-        for kk in 0..steps {
-            for i in 0..tiles {
-                let key = key.crd2idx(&Coord::from((0, i, kk)))?.static_value();
-                let at = keys.iter().position(|&k| k == key).unwrap_or_else(|| {
-                    keys.push(key);
-                    loads.push((i, kk));
-                    keys.len() - 1
-                });
-                slot[i as usize][kk as usize] = at;
-            }
-        }
-        Ok(ScaleFrags {
-            dwords,
-            bytes,
-            loads,
-            slot,
-        })
-    }
-}
-
-/// A lane's scale fragments for one pipeline stage, whatever their layout: the dwords to
-/// load, and the byte of a loaded dword each MMA tile and K step uses.
-///
-/// Loading is split in two so a pipeline can issue a stage's loads a tile ahead and use them
-/// later: [`ScaleFragments::issue`] only loads, [`ScaleFragments::finish`] does the per-lane
-/// arithmetic on the loaded dwords, which would otherwise wait for the loads where they are
-/// issued.
-pub(crate) trait ScaleFragments<'k, 'ctx> {
-    /// Issues the loads of the dwords this stage needs.
-    fn issue(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>>;
-    /// The dwords [`ScaleFragments::select`] reads, from those `issue` loaded.
-    fn finish(&self, k: &'k Kernel<'ctx>, raw: Vec<Int<'k, 'ctx>>) -> Result<Vec<Int<'k, 'ctx>>>;
-    /// How many dwords `issue` loads.
-    fn dwords(&self) -> usize;
-    /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`.
-    fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>>;
-}
-
-impl<'k, 'ctx> ScaleFrags<'k, 'ctx> {
-    fn lane_byte(&self) -> Result<DevIdx<'k, 'ctx>> {
-        Ok(self.bytes.offset_parts(&Coord::from((0, 0, 0)))?.1)
-    }
-}
-
-impl<'k, 'ctx> ScaleFragments<'k, 'ctx> for ScaleFrags<'k, 'ctx> {
-    fn dwords(&self) -> usize {
-        self.loads.len()
-    }
-
-    /// Loads the distinct dwords.
-    fn issue(&self, k: &'k Kernel<'ctx>) -> Result<Vec<Int<'k, 'ctx>>> {
-        self.loads
-            .iter()
-            .map(|&(i, kk)| {
-                self.dwords
-                    .load_as(&Coord::from((0, i, kk)), Ty::I32)?
-                    .int(k)
-            })
-            .collect()
-    }
-
-    /// A byte offset that is the lane's own (a 32-row MMA tile's lanes span both 16-row
-    /// halves of a dword) is shifted out here, once per dword.
-    fn finish(&self, _k: &'k Kernel<'ctx>, raw: Vec<Int<'k, 'ctx>>) -> Result<Vec<Int<'k, 'ctx>>> {
-        let lane_byte = self.lane_byte()?;
-        Ok(match lane_byte.static_value() {
-            Some(_) => raw,
-            None => raw
-                .into_iter()
-                .map(|v| shift_bytes(v, &lane_byte))
-                .collect(),
-        })
-    }
-
-    /// The scale of MMA tile `i` at K step `kk` from the loaded `dwords`: a byte known at
-    /// generation time goes to `op_sel`; a run-time one (a 16-row tile in either half of its
-    /// pair, a one-step stage in either K half) is shifted down to byte 0.
-    fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>> {
-        let dword = dwords[self.slot[i][kk]];
-        let (base, _, fixed, rest) = self
-            .bytes
-            .offset_parts(&Coord::from((0, i as i64, kk as i64)))?;
-        let mut byte = base.add(&rest).add(&Idx::Static(fixed));
-        let lane_byte = self.lane_byte()?;
-        if lane_byte.is_static() {
-            byte = byte.add(&lane_byte);
-        }
-        Ok(match byte.static_value() {
-            Some(b) => ScaleSel {
-                dword,
-                byte: b as u32,
-            },
-            None => ScaleSel {
-                dword: shift_bytes(dword, &byte),
-                byte: 0,
-            },
-        })
-    }
-}
-
-/// `v >> 8 * bytes`.
-fn shift_bytes<'k, 'ctx>(v: Int<'k, 'ctx>, bytes: &DevIdx<'k, 'ctx>) -> Int<'k, 'ctx> {
-    v.idx().shr(&bytes.mul(&Idx::Static(8))).to_value(&v)
-}
-
-/// A wave's rows of an operand: row tile `tile` of `rows` rows.
-#[derive(Clone, Copy)]
-pub(crate) struct Rows<'k, 'ctx> {
-    pub(crate) rows: i64,
-    pub(crate) tile: Int<'k, 'ctx>,
-}
-
-impl<'k, 'ctx> Rows<'k, 'ctx> {
-    /// These rows of `view` (`(rows, K)`), K tile `t` of `cols` columns.
-    pub(crate) fn of(
-        &self,
-        view: &TileTensor<'k, 'ctx>,
-        cols: i64,
-        t: Int<'k, 'ctx>,
-    ) -> Result<TileTensor<'k, 'ctx>> {
-        view.tile(&[self.rows, cols], &[self.tile.idx(), t.idx()])
-    }
-}
 
 /// One tile's operands loaded into registers ahead of its MFMAs: B fragments `[k_step][n]`,
 /// and the raw scale dwords of B and of A (A's tile itself goes through LDS).
@@ -282,14 +85,14 @@ impl<'k, 'ctx> PendingB<'_, 'k, 'ctx> {
 pub(crate) trait AOperand<'k, 'ctx> {
     /// Issues the global loads of A's `[BM, steps * step_bytes]` bytes from K byte `kb0` into
     /// LDS slot `slot`; through VGPRs, the LDS writes are returned for later (see
-    /// [`gemm::stage_tile`]).
+    /// [`stage::stage_tile`]).
     fn stage_issue(
         &self,
         ml: &Mainloop<'_, 'k, 'ctx, Self>,
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
-    ) -> Result<gemm::PendingWrites<'k, 'ctx>>
+    ) -> Result<stage::PendingWrites<'k, 'ctx>>
     where
         Self: Sized;
 
@@ -331,8 +134,8 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
-    ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
-        gemm::stage_tile(
+    ) -> Result<stage::PendingWrites<'k, 'ctx>> {
+        stage::stage_tile(
             &ml.th,
             &self.buf,
             &self.global,
@@ -342,7 +145,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
             ml.spec.bm as i64,
             steps * ml.step_bytes(),
             ml.spec.dram_to_lds,
-            &gemm::operand_swizzle(ml.spec, steps * ml.step_bytes())?,
+            &common::operand_swizzle(ml.spec, steps * ml.step_bytes())?,
         )
     }
 
@@ -437,9 +240,9 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let wave = ([wm, wn], [p.wave_m(), p.wave_n()]);
     let block = ([bm, bn], [bid_y, bid_x]);
     if spec.split_k > 1 {
-        gemm::atomic_add_c(&cx, &p.mma, block, wave, spec.out_dtype)
+        common::atomic_add_c(&cx, &p.mma, block, wave, spec.out_dtype)
     } else {
-        gemm::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
+        common::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
     }
 }
 
@@ -506,7 +309,7 @@ pub(crate) fn mma_state<'k, 'ctx>(
 ) -> Result<(Vec<Lds<'ctx>>, BlockScaledMmaOp<'k, 'ctx>)> {
     let shape: MfmaShape = spec.mma;
     let mn = shape.mn() as usize;
-    let slots = crate::gemm::alloc_lds(k, spec)?;
+    let slots = common::alloc_lds(k, spec)?;
     let (nm, nn) = (spec.warp_m() as usize / mn, spec.wn as usize / mn);
     Ok((slots, BlockScaledMmaOp::new(k, shape, nm, nn)?))
 }
@@ -610,7 +413,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     /// `kb0` into `slot`.
     fn stage_a(&self, slot: usize, kb0: Int<'k, 'ctx>, steps: i64) -> Result<()> {
         let pending = self.stage_a_issue(slot, kb0, steps)?;
-        gemm::commit_tile(&self.th, &self.slots[slot], pending)
+        stage::commit_tile(&self.th, &self.slots[slot], pending)
     }
 
     /// Issues the global loads of [`Self::stage_a`]; through VGPRs, the LDS writes are returned
@@ -620,7 +423,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
-    ) -> Result<gemm::PendingWrites<'k, 'ctx>> {
+    ) -> Result<stage::PendingWrites<'k, 'ctx>> {
         self.a.stage_issue(self, slot, kb0, steps)
     }
 
@@ -737,7 +540,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
         let slot_tile = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
-            .swizzled(gemm::operand_swizzle(self.spec, steps * self.step_bytes())?)?;
+            .swizzled(common::operand_swizzle(self.spec, steps * self.step_bytes())?)?;
         // The wave's WM rows of the workgroup's BM in the slot.
         let wave_tile = match self.spec.wave_grid() {
             (1, _) => slot_tile,
@@ -899,7 +702,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 if self.spec.dram_to_lds {
                     self.stage_a(a_slot, tile_kb(a_tile), steps)?;
                 } else {
-                    gemm::commit_tile(&self.th, &self.slots[a_slot], pending)?;
+                    stage::commit_tile(&self.th, &self.slots[a_slot], pending)?;
                 }
             } else {
                 let pending = self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?;
@@ -907,7 +710,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 self.fence()?;
                 self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
                 self.fence()?;
-                gemm::commit_tile(&self.th, &self.slots[a_slot], pending)?;
+                stage::commit_tile(&self.th, &self.slots[a_slot], pending)?;
                 self.stage_barrier(b.issued)?;
             }
             Ok(())

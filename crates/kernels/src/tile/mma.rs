@@ -1,7 +1,7 @@
 //! `BlockScaledMmaOp` (seed 002): register ownership and the block-scaled MFMA.
 //!
 //! Each wave owns `num_m x num_n` accumulator tiles of one block-scaled atom. Which element a
-//! lane holds in each operand, accumulator and scale is the atom's business ([`crate::atom`]);
+//! lane holds in each operand, accumulator and scale is the atom's business ([`crate::tile::atom`]);
 //! the kernels read fragments with `TileTensor::partition_*`. Scales are E8M0 bytes packed four
 //! to a dword, and the MFMA's byte selector (`op_sel`) picks one, so one scale load serves up to
 //! four MMA tiles.
@@ -9,7 +9,7 @@
 use tilegen_dsl::{Elem, Kernel, MfmaShape, Result, TileTensor, Ty, Value, dev_layout};
 use tilegen_layout::{Coord, Layout};
 
-use crate::atom::{BlockScaled, F8f6f4, ScaleSel, Swapped};
+use super::atom::{BlockScaled, F8f6f4, ScaleSel, Swapped};
 
 /// The atom the GEMMs compute with for `shape`: FP4 x FP4 block-scaled, fed B as the
 /// instruction's A so that the accumulators hold `C^T` tiles (see [`Swapped`]).
