@@ -12,10 +12,72 @@ pub enum DslError {
     /// A swizzle the index type cannot apply.
     #[error(transparent)]
     Swizzle(#[from] tilegen_layout::SwizzleError),
-    /// An invariant of this crate broke (an intrinsic that returned nothing, a value of an
-    /// unexpected LLVM type): a bug here, reported rather than panicked on.
+    /// An invariant of a kernel's own plan broke (a copy that is not whole loads, values a
+    /// layout puts elsewhere than the plan expects): a bug in the kernel, reported rather than
+    /// panicked on.
     #[error("internal: {0}")]
     Internal(String),
+    /// An intrinsic that returns a value returned nothing.
+    #[error("intrinsic {0} returned nothing")]
+    NoResult(String),
+    /// The IR builder is not positioned in a basic block (a loop or branch needs one).
+    #[error("the IR builder is not positioned in a block")]
+    NoInsertBlock,
+    /// The LLVM function lacks a parameter its signature declares.
+    #[error("kernel `{kernel}` has no LLVM parameter {index}")]
+    MissingParam {
+        /// The kernel.
+        kernel: String,
+        /// The parameter's position.
+        index: u32,
+    },
+    /// LLVM refused an alignment.
+    #[error("alignment {align} of {what}")]
+    Alignment {
+        /// What was aligned.
+        what: &'static str,
+        /// The alignment, bytes.
+        align: u32,
+        /// LLVM's reason.
+        #[source]
+        source: inkwell::values::InstructionValueError,
+    },
+    /// An LLVM value of a type [`crate::Ty`] does not describe.
+    #[error("a value of LLVM type {0} has no Ty")]
+    UntypedValue(String),
+    /// A coordinate with other than the modes a kernel expects.
+    #[error("{what} has {found} modes, expected {expected}")]
+    Modes {
+        /// The coordinate.
+        what: &'static str,
+        /// The modes expected.
+        expected: usize,
+        /// The modes it has (1 for a leaf).
+        found: usize,
+    },
+    /// A value a kernel needs at compile time that its layout gives only at run time.
+    #[error("{0} is not known at compile time")]
+    NotStatic(&'static str),
+    /// Something a kernel needs was not produced (an empty list, an entry short).
+    #[error("{0} is missing")]
+    Missing(String),
+    /// A kernel's own planning refused (a tile geometry, a copy plan).
+    #[error("{what}")]
+    Plan {
+        /// What was being planned.
+        what: &'static str,
+        /// Why it was refused.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An LDS buffer whose size does not fit in 32 bits (far past any LDS budget).
+    #[error("LDS buffer `{name}` of {bytes} bytes does not fit in 32 bits")]
+    LdsSize {
+        /// The buffer.
+        name: String,
+        /// Its size.
+        bytes: u64,
+    },
     /// An LDS allocation past gfx950's per-workgroup budget.
     #[error(
         "LDS budget exceeded: allocating {requested} bytes for `{name}` on top of {used} bytes passes the {limit}-byte limit"
@@ -69,3 +131,9 @@ pub enum DslError {
 
 /// Result alias of the builder.
 pub type Result<T> = std::result::Result<T, DslError>;
+
+// Errors cross threads (parallel compiles) and into `anyhow` in the binary.
+const _: () = {
+    const fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<DslError>();
+};

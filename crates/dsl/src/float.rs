@@ -69,7 +69,12 @@ impl<'ctx> Kernel<'ctx> {
                 FloatOp::Div => bld.build_float_div(x, y, "")?.into(),
                 FloatOp::Max => return self.float_intrinsic("llvm.maxnum", &[a, b]),
             },
-            _ => return Err(DslError::Internal("float operands of mixed kinds".into())),
+            _ => {
+                return Err(DslError::Operand {
+                    op: "float op",
+                    rule: "operands are not both float scalars or both float vectors".into(),
+                });
+            }
         };
         Value::new(out)
     }
@@ -114,9 +119,7 @@ impl<'ctx> Kernel<'ctx> {
     fn float_intrinsic(&self, name: &str, args: &[Value<'ctx>]) -> Result<Value<'ctx>> {
         let ty = args[0].v.get_type();
         let args: Vec<_> = args.iter().map(|a| a.v.into()).collect();
-        let v = self
-            .call_intrinsic(name, &[ty], &args)?
-            .ok_or_else(|| DslError::Internal(format!("{name} returned nothing")))?;
+        let v = self.call_intrinsic_value(name, &[ty], &args)?;
         Value::new(v)
     }
 
@@ -182,13 +185,11 @@ impl<'ctx> Kernel<'ctx> {
             });
         }
         let sel = self.ctx.bool_type().const_int(high as u64, false);
-        let v = self
-            .call_intrinsic(
-                "llvm.amdgcn.cvt.pk.fp8.f32",
-                &[],
-                &[a.v.into(), b.v.into(), old.v.into(), sel.into()],
-            )?
-            .ok_or_else(|| DslError::Internal("cvt.pk.fp8 returned nothing".into()))?;
+        let v = self.call_intrinsic_value(
+            "llvm.amdgcn.cvt.pk.fp8.f32",
+            &[],
+            &[a.v.into(), b.v.into(), old.v.into(), sel.into()],
+        )?;
         Value::new(v)
     }
 
@@ -202,13 +203,11 @@ impl<'ctx> Kernel<'ctx> {
             });
         }
         let as_i32 = self.bitcast(data, Ty::I32)?;
-        let v = self
-            .call_intrinsic(
-                "llvm.amdgcn.ds.bpermute",
-                &[],
-                &[byte_addr.value().into(), as_i32.v.into()],
-            )?
-            .ok_or_else(|| DslError::Internal("ds.bpermute returned nothing".into()))?;
+        let v = self.call_intrinsic_value(
+            "llvm.amdgcn.ds.bpermute",
+            &[],
+            &[byte_addr.value().into(), as_i32.v.into()],
+        )?;
         self.bitcast(Value::new(v)?, data.ty())
     }
 

@@ -215,7 +215,10 @@ impl<'ctx> Kernel<'ctx> {
         for (i, (name, kind)) in signature.params.iter().enumerate() {
             let arg = func
                 .get_nth_param(i as u32)
-                .ok_or_else(|| DslError::Internal("parameter count".into()))?;
+                .ok_or_else(|| DslError::MissingParam {
+                    kernel: name.to_string(),
+                    index: i as u32,
+                })?;
             arg.set_name(name);
             if *kind == ParamKind::GlobalPtr {
                 // Buffers of one launch never alias; this lets loads be reordered freely.
@@ -335,10 +338,19 @@ impl<'ctx> Kernel<'ctx> {
         Ok(call.try_as_basic_value().basic())
     }
 
+    /// [`Self::call_intrinsic`] of an intrinsic that returns a value.
+    pub(crate) fn call_intrinsic_value(
+        &self,
+        name: &str,
+        overloads: &[BasicTypeEnum<'ctx>],
+        args: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<BasicValueEnum<'ctx>> {
+        self.call_intrinsic(name, overloads, args)?
+            .ok_or_else(|| DslError::NoResult(name.to_string()))
+    }
+
     fn id_call(&self, name: &str) -> Result<Int<'_, 'ctx>> {
-        let v = self
-            .call_intrinsic(name, &[], &[])?
-            .ok_or_else(|| DslError::Internal(format!("{name} returned nothing")))?;
+        let v = self.call_intrinsic_value(name, &[], &[])?;
         Ok(Int::new(self, v.into_int_value()))
     }
 
@@ -385,13 +397,11 @@ impl<'ctx> Kernel<'ctx> {
 
     /// Makes a value wave-uniform (an SGPR) by reading lane 0; the caller asserts it is uniform.
     pub fn readfirstlane(&self, v: Int<'_, 'ctx>) -> Result<Int<'_, 'ctx>> {
-        let r = self
-            .call_intrinsic(
-                "llvm.amdgcn.readfirstlane.i32",
-                &[self.ctx.i32_type().into()],
-                &[v.value().into()],
-            )?
-            .ok_or_else(|| DslError::Internal("readfirstlane returned nothing".into()))?;
+        let r = self.call_intrinsic_value(
+            "llvm.amdgcn.readfirstlane.i32",
+            &[self.ctx.i32_type().into()],
+            &[v.value().into()],
+        )?;
         Ok(Int::new(self, r.into_int_value()))
     }
 
@@ -449,7 +459,7 @@ impl<'ctx> Kernel<'ctx> {
         let pre = self
             .builder
             .get_insert_block()
-            .ok_or_else(|| DslError::Internal("no insert block".into()))?;
+            .ok_or(DslError::NoInsertBlock)?;
         let header = self.ctx.append_basic_block(self.func, &self.fresh("loop"));
         let exit = self
             .ctx
@@ -469,7 +479,7 @@ impl<'ctx> Kernel<'ctx> {
         let latch = self
             .builder
             .get_insert_block()
-            .ok_or_else(|| DslError::Internal("no insert block".into()))?;
+            .ok_or(DslError::NoInsertBlock)?;
         phi.add_incoming(&[(&next, latch)]);
         let again = self
             .builder

@@ -102,21 +102,19 @@ impl<'ctx> Kernel<'ctx> {
         let rsrc_t = self
             .ctx
             .ptr_type(AddressSpace::from(addrspace::BUFFER_RSRC));
-        let r = self
-            .call_intrinsic(
-                "llvm.amdgcn.make.buffer.rsrc",
-                &[rsrc_t.into(), base.get_type().into()],
-                &[
-                    base.into(),
-                    self.ctx.i16_type().const_zero().into(),
-                    n.into(),
-                    self.ctx
-                        .i32_type()
-                        .const_int(RAW_BUFFER_FLAGS, false)
-                        .into(),
-                ],
-            )?
-            .ok_or_else(|| DslError::Internal("make.buffer.rsrc returned nothing".into()))?;
+        let r = self.call_intrinsic_value(
+            "llvm.amdgcn.make.buffer.rsrc",
+            &[rsrc_t.into(), base.get_type().into()],
+            &[
+                base.into(),
+                self.ctx.i16_type().const_zero().into(),
+                n.into(),
+                self.ctx
+                    .i32_type()
+                    .const_int(RAW_BUFFER_FLAGS, false)
+                    .into(),
+            ],
+        )?;
         Ok(Buffer {
             rsrc: r.into_pointer_value(),
             records: num_records.value(),
@@ -195,7 +193,7 @@ impl<'ctx> Kernel<'ctx> {
     ) -> Result<Value<'ctx>> {
         let ty = self.dword_type(dwords)?.llvm(self);
         let aux = self.ctx.i32_type().const_int(policy.aux_bits(), false);
-        self.call_intrinsic(
+        self.call_intrinsic_value(
             "llvm.amdgcn.raw.ptr.buffer.load",
             &[ty],
             &[
@@ -204,8 +202,7 @@ impl<'ctx> Kernel<'ctx> {
                 soffset.value().into(),
                 aux.into(),
             ],
-        )?
-        .ok_or_else(|| DslError::Internal("buffer load returned nothing".into()))
+        )
         .and_then(Value::new)
     }
 
@@ -415,7 +412,11 @@ impl<'ctx> Kernel<'ctx> {
         let p = self.lds_ptr(lds, offset)?;
         let st = self.builder.build_store(p, value.v)?;
         st.set_alignment(align)
-            .map_err(|e| DslError::Internal(format!("LDS store alignment {align}: {e}")))?;
+            .map_err(|source| DslError::Alignment {
+                what: "an LDS store",
+                align,
+                source,
+            })?;
         Ok(())
     }
 
@@ -439,9 +440,7 @@ impl<'ctx> Kernel<'ctx> {
             }
         };
         let p = self.lds_ptr(lds, offset)?;
-        let v = self
-            .call_intrinsic(name, &[ty.llvm(self)], &[p.into()])?
-            .ok_or_else(|| DslError::Internal("ds.read.tr returned nothing".into()))?;
+        let v = self.call_intrinsic_value(name, &[ty.llvm(self)], &[p.into()])?;
         self.bitcast(Value::new(v)?, Ty::dwords(2))
     }
 

@@ -190,23 +190,21 @@ impl<'ctx> Kernel<'ctx> {
         check_acc(c, shape.acc_dwords())?;
         let i32t = self.ctx.i32_type();
         let imm = |v: u32| i32t.const_int(v as u64, false).into();
-        let v = self
-            .call_intrinsic(
-                shape.intrinsic(),
-                &[a.0.v.get_type(), b.0.v.get_type()],
-                &[
-                    a.0.v.into(),
-                    b.0.v.into(),
-                    c.v.into(),
-                    imm(a.1 as u32),
-                    imm(b.1 as u32),
-                    imm(a.2),
-                    a.3.value().into(),
-                    imm(b.2),
-                    b.3.value().into(),
-                ],
-            )?
-            .ok_or_else(|| DslError::Internal("mfma returned nothing".into()))?;
+        let v = self.call_intrinsic_value(
+            shape.intrinsic(),
+            &[a.0.v.get_type(), b.0.v.get_type()],
+            &[
+                a.0.v.into(),
+                b.0.v.into(),
+                c.v.into(),
+                imm(a.1 as u32),
+                imm(b.1 as u32),
+                imm(a.2),
+                a.3.value().into(),
+                imm(b.2),
+                b.3.value().into(),
+            ],
+        )?;
         Value::new(v)
     }
 
@@ -230,13 +228,11 @@ impl<'ctx> Kernel<'ctx> {
         check_acc(c, shape.acc_dwords())?;
         let i32t = self.ctx.i32_type();
         let zero = i32t.const_zero().into();
-        let v = self
-            .call_intrinsic(
-                shape.intrinsic(),
-                &[],
-                &[a.v.into(), b.v.into(), c.v.into(), zero, zero, zero],
-            )?
-            .ok_or_else(|| DslError::Internal("mfma returned nothing".into()))?;
+        let v = self.call_intrinsic_value(
+            shape.intrinsic(),
+            &[],
+            &[a.v.into(), b.v.into(), c.v.into(), zero, zero, zero],
+        )?;
         Value::new(v)
     }
 

@@ -134,9 +134,8 @@ pub struct Value<'ctx> {
 impl<'ctx> Value<'ctx> {
     /// Wraps an LLVM value built inside this crate; its type must be one of [`Ty`]'s.
     pub(crate) fn new(v: BasicValueEnum<'ctx>) -> Result<Self> {
-        let ty = Ty::of(v.get_type()).ok_or_else(|| {
-            DslError::Internal(format!("value of type {} has no Ty", v.get_type()))
-        })?;
+        let ty =
+            Ty::of(v.get_type()).ok_or_else(|| DslError::UntypedValue(v.get_type().to_string()))?;
         Ok(Value { v, ty })
     }
 
