@@ -118,7 +118,7 @@ fn fold<'ctx>(
     }
     scalars
         .pop()
-        .ok_or_else(|| DslError::Internal("folding nothing".into()))
+        .ok_or_else(|| DslError::Missing("a value to fold".into()))
 }
 
 /// Stores `value` at the view's element `coord` where `keep` holds (per lane): other lanes
@@ -272,7 +272,10 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let acc_vars = (0..depth_tiles)
         .map(|_| k.var(k.zero(acc_ty)))
         .collect::<Result<Vec<_>>>()?;
-    let tile = spec.tile().map_err(|e| DslError::Internal(e.to_string()))?;
+    let tile = spec.tile().map_err(|e| DslError::Plan {
+        what: "the attention tile",
+        source: Box::new(e),
+    })?;
     let page = i64::from(spec.values().page_size);
     let copy = CopyPlan {
         d,
@@ -307,13 +310,16 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
         }
         let mut next = entries.iter();
         PagedRowIndices::populate(tile, &kv0, |_: &Int<'_, '_>| {
-            let e = next
-                .next()
-                .ok_or_else(|| DslError::Internal("fewer entries than pages".into()))?;
+            let e = next.next().ok_or_else(|| {
+                DslError::Missing("a block-table entry of the tile's pages".into())
+            })?;
             k.readfirstlane(e.int(k)?)
         })
     };
-    let paged = |e: crate::paged::PagedError| DslError::Internal(e.to_string());
+    let paged = |e: crate::paged::PagedError| DslError::Plan {
+        what: "the KV tile's copies",
+        source: Box::new(e),
+    };
     // Loads per K or V tile (1 KB each): what the first wait below leaves outstanding.
     let tile_loads = copy.tile_loads;
     // Two stages in flight per wave: while S of tile t is computed, V of t loads; while PV of t
@@ -552,7 +558,7 @@ fn merge_waves<'k, 'ctx>(
     let acc_ty = acc
         .first()
         .map(|a| a.ty())
-        .ok_or_else(|| DslError::Internal("no accumulators".into()))?;
+        .ok_or_else(|| DslError::Missing("an accumulator".into()))?;
     let mut o = vec![k.zero(acc_ty); acc.len()];
     let mut l_all = zero;
     for w in 0..waves {
@@ -613,9 +619,21 @@ impl<'k, 'ctx> CopyPlan<'k, 'ctx> {
         let (row_l, chunk) = match per_load.idx2crd(&self.lane.idx())? {
             Coord::Tuple(c) => match c.as_slice() {
                 [Coord::Leaf(r), Coord::Leaf(c)] => (r.clone(), c.clone()),
-                _ => return Err(DslError::Internal("lane coordinate".into())),
+                _ => {
+                    return Err(DslError::Modes {
+                        what: "a lane's (row, chunk) coordinate",
+                        expected: 2,
+                        found: c.len(),
+                    });
+                }
             },
-            _ => return Err(DslError::Internal("lane coordinate".into())),
+            _ => {
+                return Err(DslError::Modes {
+                    what: "a lane's (row, chunk) coordinate",
+                    expected: 2,
+                    found: 1,
+                });
+            }
         };
         // Cache (row, head, byte) -> offset; LDS (key row, byte) -> offset.
         let src = Layout::<Int<'k, 'ctx>>::new(
