@@ -28,7 +28,7 @@ use serde::Serialize;
 use tilegen::kernels::KernelSpec;
 use tilegen_aiter::calibrate::TimingModel;
 use tilegen_aiter::{Corpus, F4GemmKernel, GemmProblem};
-use tilegen_emu::timing::{Params, Prediction, TimingOptions, TraceOptions};
+use tilegen_timing::{Params, Prediction, TimingOptions, TraceOptions};
 use tilegen_output::Output;
 use tilegen_tune::db::{Db, Status};
 use tilegen_tune::eval::{By, ModelEvaluator, compile};
@@ -594,7 +594,7 @@ fn traces(l: &Line, out: &Path, params: &Params, corpus: &Corpus) -> Result<(), 
     let stem = format!("{}x{}x{}", l.m, l.n, l.k);
     if let Some(t) = &p.trace {
         let mut buf = Vec::new();
-        tilegen_emu::timing::write_trace(t, &mut buf)?;
+        tilegen_timing::write_trace(t, &mut buf)?;
         Output::check(out.join(format!("{stem}-tilegen.json")))?.write(&buf)?;
     }
     let aiter = TimingModel::with_options(params.clone(), options).extrapolating(None);
@@ -606,7 +606,7 @@ fn traces(l: &Line, out: &Path, params: &Params, corpus: &Corpus) -> Result<(), 
     let (p, _) = aiter.run_problem(problem, kernel)?;
     if let Some(t) = &p.trace {
         let mut buf = Vec::new();
-        tilegen_emu::timing::write_trace(t, &mut buf)?;
+        tilegen_timing::write_trace(t, &mut buf)?;
         Output::check(out.join(format!("{stem}-aiter.json")))?.write(&buf)?;
     }
     eprintln!("wrote {stem}-tilegen.json and {stem}-aiter.json (open in ui.perfetto.dev)");

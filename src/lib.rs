@@ -8,5 +8,6 @@ pub use tilegen_kernels as kernels;
 pub use tilegen_layout as layout;
 pub use tilegen_mx as mx;
 pub use tilegen_runtime as runtime;
+pub use tilegen_timing as timing;
 
 pub use tilegen_kernels::{CompiledKernel, KernelSpec, SpecError};

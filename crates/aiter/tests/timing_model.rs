@@ -4,7 +4,7 @@
 //! measured times is reported by `cargo xtask calibrate`, not asserted here.
 
 use tilegen_aiter::calibrate::{CalibrationRow, Set, TimingModel, calibration_rows};
-use tilegen_emu::timing::{Bound, Params};
+use tilegen_timing::{Bound, Params};
 
 mod aiter_corpus;
 use aiter_corpus::corpus;

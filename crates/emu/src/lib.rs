@@ -6,4 +6,3 @@
 
 pub mod exec;
 pub mod isa;
-pub mod timing;

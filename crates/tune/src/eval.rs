@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tilegen_codeobj::CodeObject;
 use tilegen_dsl::CompileOptions;
 use tilegen_emu::exec::{DeviceMemory, Program};
-use tilegen_emu::timing::{self, Params, TimingLaunch, TimingOptions};
+use tilegen_timing::{self as timing, Params, TimingLaunch, TimingOptions};
 use tilegen_kernels::{BuildError, CompiledKernel, GemmBuffers, KernelSpec};
 use tilegen_runtime::{ArgValue, Device, DevicePtr, RuntimeError};
 
@@ -62,7 +62,7 @@ pub enum EvalError {
     Launch(#[from] tilegen_kernels::LaunchError),
     /// The timing model refused or faulted.
     #[error("predicting the time")]
-    Timing(#[from] tilegen_emu::timing::TimingError),
+    Timing(#[from] tilegen_timing::TimingError),
     /// The kernel is missing from its own code object.
     #[error("the code object has no kernel {0}")]
     NoKernel(String),

@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tilegen_emu::timing::{Params, TimingOptions};
+use tilegen_timing::{Params, TimingOptions};
 use tilegen_kernels::{KernelSpec, SpecValues};
 use tilegen_runtime::{Device, EmuDevice};
 

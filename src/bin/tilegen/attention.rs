@@ -12,7 +12,7 @@ use clap::Args;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
-use tilegen::emu::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
+use tilegen::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
 use tilegen::kernels::BuiltKernel;
 use tilegen::kernels::attention::{
     AttentionBuffers, AttentionKernels, AttentionLaunchError, AttentionSpec,

@@ -249,7 +249,7 @@ fn predict(
     k: usize,
     model: &crate::timing::ModelArgs,
     trace_out: Option<Output>,
-) -> Result<tilegen::emu::timing::Prediction> {
+) -> Result<tilegen::timing::Prediction> {
     let sizes = kernel.buffer_sizes(m, n, k)?;
     let config = kernel.launch_config(m, n);
     crate::timing::predict(
@@ -273,7 +273,7 @@ fn predict(
     .with_context(|| format!("modeling {} at {m}x{n}x{k}", kernel.name()))
 }
 
-fn print_timing(p: &tilegen::emu::timing::Prediction, m: usize, n: usize, k: usize) -> Result<()> {
+fn print_timing(p: &tilegen::timing::Prediction, m: usize, n: usize, k: usize) -> Result<()> {
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "  modeled MI355X time: {:.2} us = {:.1} TFLOP/s",

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
-use tilegen::emu::timing::{self, Params, TimingLaunch, TimingOptions};
+use tilegen::timing::{self, Params, TimingLaunch, TimingOptions};
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeShape, MoeSpec,
     PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes, route,

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
-use tilegen::emu::timing::{
+use tilegen::timing::{
     self, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
 };
 use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};

@@ -296,7 +296,7 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         // Read as `gemm --params` reads it: a regular file of bounded size, never a FIFO or a
         // device; the workers get the text.
         Some(p) => Some(
-            tilegen::emu::timing::Params::read_file(p)
+            tilegen::timing::Params::read_file(p)
                 .with_context(|| format!("--params {}", p.display()))?,
         ),
         None => None,
@@ -313,9 +313,9 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         By::Model => {
             let params = match &params_toml {
                 Some(t) => {
-                    tilegen::emu::timing::Params::from_toml_str(t).context("timing parameters")?
+                    tilegen::timing::Params::from_toml_str(t).context("timing parameters")?
                 }
-                None => tilegen::emu::timing::Params::mi355x(),
+                None => tilegen::timing::Params::mi355x(),
             };
             Target {
                 gfx: "gfx950".into(),

@@ -15,7 +15,7 @@ use tilegen_aiter::calibrate::{
     calibration_rows, fit,
 };
 use tilegen_aiter::{Corpus, default_dir};
-use tilegen_emu::timing::Params;
+use tilegen_timing::Params;
 use tilegen_output::Output;
 
 /// The rows a run covers.
@@ -149,20 +149,20 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Sampled rounds, or with `--full-grid` every workgroup.
-fn method(args: &Args) -> tilegen_emu::timing::Method {
+fn method(args: &Args) -> tilegen_timing::Method {
     if args.full_grid {
-        tilegen_emu::timing::Method::Full
+        tilegen_timing::Method::Full
     } else {
-        tilegen_emu::timing::Method::Rounds
+        tilegen_timing::Method::Rounds
     }
 }
 
 /// The cross-XCD census: `--census N` (0: none), else the model's default.
-fn census(args: &Args) -> tilegen_emu::timing::CrossXcd {
+fn census(args: &Args) -> tilegen_timing::CrossXcd {
     match args.census {
-        Some(0) => tilegen_emu::timing::CrossXcd::Ignore,
-        Some(instructions) => tilegen_emu::timing::CrossXcd::Census { instructions },
-        None => tilegen_emu::timing::CrossXcd::default(),
+        Some(0) => tilegen_timing::CrossXcd::Ignore,
+        Some(instructions) => tilegen_timing::CrossXcd::Census { instructions },
+        None => tilegen_timing::CrossXcd::default(),
     }
 }
 
@@ -240,7 +240,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     print!("{report}");
     let model = TimingModel::with_options(
         params,
-        tilegen_emu::timing::TimingOptions {
+        tilegen_timing::TimingOptions {
             max_cus: args.max_cus,
             cross_xcd: census(args),
             method: method(args),
@@ -373,11 +373,11 @@ fn one_shape(
 
 /// The model of `--row` and `--shape`: one launch, traced with `--trace`.
 fn single_run_model(params: Params, args: &Args) -> TimingModel {
-    let options = tilegen_emu::timing::TimingOptions {
+    let options = tilegen_timing::TimingOptions {
         trace: args
             .trace
             .as_ref()
-            .map(|_| tilegen_emu::timing::TraceOptions { cycles: 200_000 }),
+            .map(|_| tilegen_timing::TraceOptions { cycles: 200_000 }),
         max_cus: args.max_cus,
         cross_xcd: census(args),
         method: method(args),
@@ -388,7 +388,7 @@ fn single_run_model(params: Params, args: &Args) -> TimingModel {
 
 /// Prints a whole prediction as JSON and writes its trace to `--trace`.
 fn print_prediction(
-    p: &tilegen_emu::timing::Prediction,
+    p: &tilegen_timing::Prediction,
     args: &Args,
 ) -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", serde_json::to_string_pretty(p)?);
@@ -408,12 +408,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Box<dyn std::error:
 /// Writes `trace` as Perfetto JSON to `path` through a temporary file renamed over it.
 fn write_trace_atomically(
     path: &Path,
-    trace: &tilegen_emu::timing::Trace,
+    trace: &tilegen_timing::Trace,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let file = Output::check(path)?.create()?;
     {
         let mut w = std::io::BufWriter::new(file.file());
-        tilegen_emu::timing::write_trace(trace, &mut w)?;
+        tilegen_timing::write_trace(trace, &mut w)?;
         std::io::Write::flush(&mut w)?;
     }
     file.commit()?;

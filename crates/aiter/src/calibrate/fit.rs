@@ -25,7 +25,7 @@
 use std::fmt::Write as _;
 
 use rayon::prelude::*;
-use tilegen_emu::timing::{Number, Param, Params};
+use tilegen_timing::{Number, Param, Params};
 
 use crate::calibrate::{CalibrationRow, PredictError, TimingModel};
 use crate::error::AiterError;

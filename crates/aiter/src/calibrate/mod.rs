@@ -6,7 +6,7 @@
 //! held-out rows, whose kernels it never saw.
 //!
 //! A predictor is one [`Predictor`] impl: the fitted tile-quantized [`Roofline`], and
-//! [`TimingModel`], the cycle-level MI355X model of `tilegen_emu::timing` run on each row's
+//! [`TimingModel`], the cycle-level MI355X model of `tilegen_timing` run on each row's
 //! real launch ([`describe_row`]: code object, symbol, grid, block, dynamic LDS, and an
 //! argument block bound to lazily zeroed buffers of the row's sizes). [`fit`] is the documented
 //! procedure that fits the model's free parameters on the calibration rows only.

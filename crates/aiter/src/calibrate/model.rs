@@ -1,4 +1,4 @@
-//! The cycle-level timing model of `tilegen_emu::timing` as a [`Predictor`]: each row's real
+//! The cycle-level timing model of `tilegen_timing` as a [`Predictor`]: each row's real
 //! launch (AITER's code object, its grid, its argument block bound to lazily zeroed buffers of
 //! the row's sizes) is simulated and its predicted time returned.
 //!
@@ -15,7 +15,7 @@ use std::time::Instant;
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::memory::{GUARD, PAGE};
 use tilegen_emu::exec::{AllocError, DeviceMemory, Program};
-use tilegen_emu::timing::{self, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions};
+use tilegen_timing::{self as timing, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions};
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
 use crate::error::AiterError;
@@ -348,7 +348,7 @@ impl Predictor for TimingModel {
         let c = &self.params.clock;
         let v = &self.params.vmem;
         format!(
-            "{}: cycle-level MI355X model (tilegen_emu::timing) of each row's launch; clock {:.3} GHz under MFMA load, launch {:.2} us, HBM {:.0} GB/s, MALL {:.0} GB/s",
+            "{}: cycle-level MI355X model (tilegen_timing) of each row's launch; clock {:.3} GHz under MFMA load, launch {:.2} us, HBM {:.0} GB/s, MALL {:.0} GB/s",
             self.name,
             c.mfma_sustained_ghz.get(),
             c.launch_overhead_us.get(),

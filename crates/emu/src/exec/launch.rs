@@ -167,15 +167,19 @@ impl Emulator {
 
 /// What a launch asks for: the grid, the workgroup size, kernel arguments and dynamic LDS.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct LaunchShape<'a> {
+pub struct LaunchShape<'a> {
+    /// Workgroups in x, y, z.
     pub grid: [u32; 3],
+    /// Work-items per workgroup in x, y, z.
     pub block: [u32; 3],
+    /// The kernel argument segment (hidden arguments included).
     pub kernarg: &'a [u8],
+    /// LDS bytes on top of the descriptor's static amount.
     pub dynamic_lds: u32,
 }
 
 /// A checked launch with its kernarg segment, dispatch packet and queue in device memory.
-pub(crate) struct PreparedLaunch {
+pub struct PreparedLaunch {
     /// What every wave starts from.
     pub dispatch: DispatchState,
     /// Workgroups in the grid.
@@ -199,8 +203,9 @@ impl PreparedLaunch {
 /// Checks a launch against `limits` and sets up its device-side state (kernarg segment,
 /// dispatch packet, queue); `in_flight(total)` is how many workgroups the caller will hold at
 /// once, whose registers, scratch and LDS are checked against the memory limit. The one home
-/// of launch setup, shared by [`Emulator::launch`] and the timing model.
-pub(crate) fn prepare_launch(
+/// of launch setup, shared by [`Emulator::launch`] and any driver that runs workgroups its own
+/// way (a timing model). Release the result with [`PreparedLaunch::release`].
+pub fn prepare_launch(
     memory: &mut DeviceMemory,
     limits: &Limits,
     prog: &Program,
@@ -344,10 +349,10 @@ pub(crate) fn workgroup_id(grid: [u32; 3], index: u64) -> [u32; 3] {
     ]
 }
 
-/// One workgroup of a launch, as the functional launch, the timing model's CUs and its
-/// census run it.
+/// One workgroup of a launch, as the functional launch and other drivers of the executor run
+/// it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Workgroup {
+pub struct Workgroup {
     /// Launch index (x fastest).
     pub index: u64,
     /// Workgroup id in x, y, z.
@@ -360,7 +365,7 @@ pub(crate) struct Workgroup {
 
 impl Workgroup {
     /// Workgroup `index` of the launch `d` describes.
-    pub(crate) fn new(d: &DispatchState, index: u64, waves: u32, lds_bytes: u32) -> Workgroup {
+    pub fn new(d: &DispatchState, index: u64, waves: u32, lds_bytes: u32) -> Workgroup {
         Workgroup {
             index,
             id: workgroup_id(d.grid, index),
@@ -558,7 +563,7 @@ fn run_workgroup(
 /// Sets up workgroup `wg`: its waves in `waves` (whose register files earlier workgroups
 /// leave for reuse) and a zeroed LDS, then runs it through the wave scheduler, `step`
 /// executing each instruction. A fault names the wave and the instruction it stopped at.
-pub(crate) fn run_workgroup_with<F>(
+pub fn run_workgroup_with<F>(
     prog: &Program,
     d: &DispatchState,
     budget: &Budget,
@@ -579,7 +584,7 @@ where
 
 /// Makes the first `wg.waves` of `waves` (adding register files as needed, reusing those
 /// earlier workgroups left) the launch state of workgroup `wg`, and returns its zeroed LDS.
-pub(crate) fn prepare_workgroup(
+pub fn prepare_workgroup(
     prog: &Program,
     d: &DispatchState,
     wg: &Workgroup,
@@ -598,13 +603,7 @@ pub(crate) fn prepare_workgroup(
 }
 
 /// The fault of wave `wave` of workgroup `wg` at `pc`.
-pub(crate) fn wave_fault(
-    prog: &Program,
-    wg: [u32; 3],
-    wave: u32,
-    pc: u64,
-    kind: FaultKind,
-) -> Fault {
+pub fn wave_fault(prog: &Program, wg: [u32; 3], wave: u32, pc: u64, kind: FaultKind) -> Fault {
     Fault {
         kernel: prog.name().to_string(),
         workgroup: wg,

@@ -14,7 +14,7 @@
 
 pub(crate) mod dsops;
 pub mod fault;
-pub(crate) mod interp;
+pub mod interp;
 pub mod launch;
 pub mod limits;
 pub(crate) mod mai;

@@ -2,42 +2,12 @@
 //! `llvm-objdump` output.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// `llvm-mc-22`, overridable with `LLVM_MC`.
-pub fn llvm_mc() -> String {
-    std::env::var("LLVM_MC").unwrap_or_else(|_| "llvm-mc-22".into())
-}
-
-/// `llvm-objdump-22`, overridable with `LLVM_OBJDUMP`.
-pub fn llvm_objdump() -> String {
-    std::env::var("LLVM_OBJDUMP").unwrap_or_else(|_| "llvm-objdump-22".into())
-}
-
-/// `ld.lld-22`, overridable with `LLD`.
-pub fn lld() -> String {
-    std::env::var("LLD").unwrap_or_else(|_| "ld.lld-22".into())
-}
-
-/// Fail loudly when a tool is missing: the project's setup step installs LLVM 22.
-pub fn require_tool(name: &str) {
-    let ok = Command::new(name)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success());
-    assert!(
-        matches!(ok, Ok(true)),
-        "{name} is not runnable: install LLVM 22 (run `cargo xtask setup`)"
-    );
-}
-
-/// A scratch directory under the crate's target area, unique per test.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tilegen-emu-{}-{}", name, std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
+// Each test crate uses some of these.
+#[allow(unused_imports)]
+pub use tilegen_testkit::llvm::{lld, llvm_mc, llvm_objdump, require_tool, scratch};
 
 /// One instruction line of `llvm-objdump -d`.
 #[derive(Clone, Debug)]
@@ -108,22 +78,8 @@ pub fn objdump(path: &Path) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Assemble a `.s` file into a relocatable object.
-pub fn assemble(src: &Path, obj: &Path) {
-    let out = Command::new(llvm_mc())
-        .args(["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx950", "-filetype=obj"])
-        .arg(src)
-        .arg("-o")
-        .arg(obj)
-        .output()
-        .expect("run llvm-mc");
-    assert!(
-        out.status.success(),
-        "llvm-mc failed on {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+#[allow(unused_imports)]
+pub use tilegen_testkit::llvm::assemble;
 
 /// Dwords per probe slot: each probe is padded with `s_nop 0` so probes never run into each
 /// other.

@@ -20,18 +20,18 @@
 
 use std::collections::HashMap;
 
-use crate::exec::interp::{self, Env, Probe};
-use crate::exec::launch::{Workgroup, run_workgroup_with};
-use crate::exec::memory::DeviceMemory;
-use crate::exec::program::Program;
-use crate::exec::sched::{Budget, Step};
-use crate::exec::setup::DispatchState;
-use crate::exec::stats::Stats;
-use crate::exec::wave::Wave;
+use tilegen_emu::exec::interp::{self, Env, Probe};
+use tilegen_emu::exec::launch::{Workgroup, run_workgroup_with};
+use tilegen_emu::exec::memory::DeviceMemory;
+use tilegen_emu::exec::program::Program;
+use tilegen_emu::exec::sched::{Budget, Step};
+use tilegen_emu::exec::setup::DispatchState;
+use tilegen_emu::exec::stats::Stats;
+use tilegen_emu::exec::wave::Wave;
 
-use super::TimingError;
-use super::inst::{InstInfo, Unit};
-use super::mem::{BuildLineHasher, probed_lines};
+use crate::TimingError;
+use crate::inst::{InstInfo, Unit};
+use crate::mem::{BuildLineHasher, probed_lines};
 
 /// What the census of one round found.
 #[derive(Clone, Debug, PartialEq)]

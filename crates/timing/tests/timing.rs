@@ -3,16 +3,14 @@
 //! `s_waitcnt vmcnt(0)`, monotonic properties, the sampled method against a full
 //! simulation, the time budget of a full-size launch, and the trace.
 
-mod common;
-
 use std::process::Command;
 use std::time::Instant;
 
-use common::{assemble, lld, llvm_mc, require_tool, scratch};
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::{DeviceMemory, Program};
-use tilegen_emu::timing::{
-    self, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+use tilegen_testkit::llvm::{assemble, lld, llvm_mc, require_tool, scratch};
+use tilegen_timing::{
+    self as timing, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
 };
 
 /// Assembles `body` as kernel `name` (kernarg pointer in s[0:1], workgroup ids x, y in s2, s3,

@@ -2,7 +2,7 @@
 //!
 //! # What it simulates
 //! Instructions execute functionally at issue, through the emulator's own
-//! `exec::interp::step` on the real waves (so addresses, branches, loop counts and EXEC
+//! [`tilegen_emu::exec::interp::step`] on the real waves (so addresses, branches, loop counts and EXEC
 //! masks are the kernel's own); the model only decides *when* each wave may issue. See
 //! [`cu`](self) for the issue rules of a CU: 4 SIMDs served round robin, one instruction per
 //! wave and per category per slot, oldest first with `s_setprio`, pipe occupancy (VALU,
@@ -55,6 +55,8 @@
 //! TLBs, DRAM pages and write-after-read hazards are not modelled; the XOR fold that picks a
 //! line's L2 channel stands in for the hardware's undocumented address hash.
 
+#![deny(missing_docs)]
+
 mod census;
 mod cu;
 mod gpu;
@@ -65,13 +67,13 @@ mod trace;
 
 use serde::Serialize;
 
-use crate::exec::fault::Fault;
-use crate::exec::interp::Probe;
-use crate::exec::launch::{LaunchShape, prepare_launch};
-use crate::exec::limits::Limits;
-use crate::exec::memory::DeviceMemory;
-use crate::exec::program::Program;
-use crate::exec::stats::Stats;
+use tilegen_emu::exec::fault::Fault;
+use tilegen_emu::exec::interp::Probe;
+use tilegen_emu::exec::launch::{LaunchShape, prepare_launch};
+use tilegen_emu::exec::limits::Limits;
+use tilegen_emu::exec::memory::DeviceMemory;
+use tilegen_emu::exec::program::Program;
+use tilegen_emu::exec::stats::Stats;
 
 pub use cu::{Reason, StallBreakdown};
 pub use gpu::{Limiter, Occupancy, occupancy};
@@ -368,7 +370,7 @@ fn run(
     params: &Params,
     opts: &TimingOptions,
     occ: &Occupancy,
-    prepared: &crate::exec::launch::PreparedLaunch,
+    prepared: &tilegen_emu::exec::launch::PreparedLaunch,
     clock: f64,
     sim_cus: usize,
     total_wgs: u64,

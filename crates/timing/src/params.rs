@@ -7,7 +7,7 @@
 //! without a bound is refused, and a unit test catches it) and requires a finite value within
 //! its declared bound, a whole number where the model counts or sizes with it. Every way to
 //! get a [`Params`] ([`Params::mi355x`], [`Params::from_toml_str`], [`Params::from_file`])
-//! validates, and [`predict`](super::predict) validates again, since the fields are public.
+//! validates, and [`predict`](crate::predict) validates again, since the fields are public.
 
 use std::fmt;
 use std::io::Read;
@@ -937,10 +937,11 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::exec::memory::DeviceMemory;
-    use crate::exec::program::Program;
-    use crate::exec::setup::KernelSetup;
-    use crate::timing::{Method, Prediction, TimingError, TimingLaunch, TimingOptions, predict};
+    use tilegen_emu::exec::memory::DeviceMemory;
+    use tilegen_emu::exec::program::Program;
+    use tilegen_emu::exec::setup::KernelSetup;
+
+    use crate::{Method, Prediction, TimingError, TimingLaunch, TimingOptions, predict};
 
     #[test]
     fn embedded_table_parses_and_every_entry_has_a_source() {
@@ -1370,7 +1371,7 @@ mod tests {
         p.mfma.passes[3].passes = 0;
         let prog = small_kernel(&mut DeviceMemory::new());
         assert!(matches!(
-            crate::timing::occupancy(&prog, [128, 1, 1], 0, &p),
+            crate::occupancy(&prog, [128, 1, 1], 0, &p),
             Err(TimingError::Params(ParamsError::Invalid { name, .. })) if name == "mfma.passes[3].passes"
         ));
     }

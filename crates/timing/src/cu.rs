@@ -16,20 +16,20 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::exec::fault::{Fault, FaultKind};
-use crate::exec::interp::{self, Env, Probe};
-use crate::exec::launch::{Workgroup, prepare_workgroup, wave_fault};
-use crate::exec::memory::{DeviceMemory, Lds};
-use crate::exec::program::Program;
-use crate::exec::sched::Step;
-use crate::exec::stats::Stats;
-use crate::exec::wave::Wave;
+use tilegen_emu::exec::fault::{Fault, FaultKind};
+use tilegen_emu::exec::interp::{self, Env, Probe};
+use tilegen_emu::exec::launch::{Workgroup, prepare_workgroup, wave_fault};
+use tilegen_emu::exec::memory::{DeviceMemory, Lds};
+use tilegen_emu::exec::program::Program;
+use tilegen_emu::exec::sched::Step;
+use tilegen_emu::exec::stats::Stats;
+use tilegen_emu::exec::wave::Wave;
 
-use super::TimingError;
-use super::inst::{CATEGORIES, InstInfo, REGS, ReadKind, Special, Unit};
-use super::mem::{Access, MemSystem, probed_lines};
-use super::params::Params;
-use super::trace::TraceBuf;
+use crate::TimingError;
+use crate::inst::{CATEGORIES, InstInfo, REGS, ReadKind, Special, Unit};
+use crate::mem::{Access, MemSystem, probed_lines};
+use crate::params::Params;
+use crate::trace::TraceBuf;
 
 /// Why a SIMD issue slot issued nothing (or that it issued).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -469,7 +469,7 @@ impl Cu {
         start: u64,
         age: &mut u64,
         prog: &Program,
-        d: &crate::exec::setup::DispatchState,
+        d: &tilegen_emu::exec::setup::DispatchState,
         k: &Knobs,
     ) -> Result<(), TimingError> {
         let slot = self.wgs.iter().position(|w| w.is_none()).ok_or_else(|| {
@@ -978,7 +978,7 @@ mod tests {
         let mut wt = WaveTiming::new(0, 0, 0, 0);
         wt.vm.extend([100, 200, 300]);
         wt.lgkm.extend([50, 10, 30]);
-        let mut info = super::super::inst::tests_support::waitcnt(1, 0);
+        let mut info = crate::inst::tests_support::waitcnt(1, 0);
         assert_eq!(wt.own_ready(&info, &k), (200, Reason::WaitcntVm));
         info.special = Special::Waitcnt { vm: 63, lgkm: 1 };
         assert_eq!(wt.own_ready(&info, &k), (30, Reason::WaitcntLgkm));
@@ -993,10 +993,11 @@ mod tests {
 /// Arbitration through the whole model on hand-encoded kernels.
 #[cfg(test)]
 mod arbitration {
-    use crate::exec::memory::DeviceMemory;
-    use crate::exec::program::Program;
-    use crate::exec::setup::KernelSetup;
-    use crate::timing::{Params, TimingLaunch, TimingOptions, predict};
+    use tilegen_emu::exec::memory::DeviceMemory;
+    use tilegen_emu::exec::program::Program;
+    use tilegen_emu::exec::setup::KernelSetup;
+
+    use crate::{Params, TimingLaunch, TimingOptions, predict};
 
     const VALU_INDEP: [u32; 4] = [0x6806_0501, 0x6808_0501, 0x680a_0501, 0x680c_0501]; // v3..v6 = v1 + v2
     const SALU: u32 = 0x808a_810a; // s_sub_u32 s10, s10, 1

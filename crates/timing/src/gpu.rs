@@ -6,16 +6,16 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use serde::Serialize;
 
-use crate::exec::launch::Workgroup;
-use crate::exec::program::Program;
-use crate::exec::setup::DispatchState;
-use crate::isa::Opcode;
+use tilegen_emu::exec::launch::Workgroup;
+use tilegen_emu::exec::program::Program;
+use tilegen_emu::exec::setup::DispatchState;
+use tilegen_emu::isa::Opcode;
 
-use super::TimingError;
-use super::cu::{Ctx, Cu, Finished, REASONS, Reason};
-use super::mem::MemoryReport;
-use super::params::Params;
-use super::trace::{Trace, TraceBuf, TraceOptions};
+use crate::TimingError;
+use crate::cu::{Ctx, Cu, Finished, REASONS, Reason};
+use crate::mem::MemoryReport;
+use crate::params::Params;
+use crate::trace::{Trace, TraceBuf, TraceOptions};
 
 /// What limits how many workgroups a CU holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -78,7 +78,7 @@ pub(crate) fn uses_barrier(prog: &Program) -> bool {
 pub(crate) fn uses_mfma(prog: &Program) -> bool {
     (0..prog.instruction_count()).any(|s| {
         prog.at_slot(s).is_some_and(|i| {
-            crate::exec::interp::classify(i) == crate::exec::stats::InstClass::Mfma
+            tilegen_emu::exec::interp::classify(i) == tilegen_emu::exec::stats::InstClass::Mfma
         })
     })
 }
@@ -339,7 +339,7 @@ fn fill(
     age: &mut u64,
     prog: &Program,
     d: &DispatchState,
-    k: &super::cu::Knobs,
+    k: &crate::cu::Knobs,
     waves: usize,
     lds_bytes: u32,
     heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
@@ -383,11 +383,11 @@ fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::setup::KernelSetup;
+    use tilegen_emu::exec::setup::KernelSetup;
 
     #[test]
     fn limiters_and_bounds_are_named_as_in_the_json_report() {
-        use super::super::Bound;
+        use crate::Bound;
         for l in [
             Limiter::Waves,
             Limiter::Vgprs,
@@ -421,7 +421,7 @@ mod tests {
         (mem, p)
     }
 
-    use crate::exec::memory::DeviceMemory;
+    use tilegen_emu::exec::memory::DeviceMemory;
 
     const ENDPGM: u32 = 0xbf81_0000;
     const BARRIER: u32 = 0xbf8a_0000;

@@ -8,8 +8,9 @@ use std::num::NonZeroU64;
 
 use serde::Serialize;
 
-use super::params::Params;
-use crate::exec::interp::VmemProbe;
+use tilegen_emu::exec::interp::VmemProbe;
+
+use crate::params::Params;
 
 /// An XOR fold of a line number: every 4-bit group of the line address flips the low bits,
 /// the way GPUs hash addresses over L2 channels (so strides of a power of two, such as the
@@ -605,7 +606,7 @@ mod tests {
 
     #[test]
     fn probed_lines_are_distinct_and_ascending() {
-        let mut p = crate::exec::interp::Probe::default().vmem;
+        let mut p = tilegen_emu::exec::interp::Probe::default().vmem;
         p.bytes = 16;
         // Lanes 0-2 descending, lane 3 straddles lines 1 and 2 (then 2 and 3), lane 5 is
         // not global.

@@ -9,7 +9,7 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::json;
 
-use super::cu::Reason;
+use crate::cu::Reason;
 
 /// What to trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,11 +2,11 @@
 //! the unit it runs on, its issue category, pipe occupancy, and the registers it reads and
 //! writes (for the per-register ready times).
 
-use crate::exec::interp::classify;
-use crate::exec::stats::InstClass;
-use crate::isa::{ConstReg, Encoding, Inst, Opcode, Operand, Role, SpecialReg};
+use tilegen_emu::exec::interp::classify;
+use tilegen_emu::exec::stats::InstClass;
+use tilegen_emu::isa::{ConstReg, Encoding, Inst, Opcode, Operand, Role, SpecialReg};
 
-use super::params::Params;
+use crate::params::Params;
 
 /// Index of the first SGPR (by scalar operand code) in a wave's ready-time table.
 pub(crate) const SREG_BASE: u16 = 512;
@@ -381,7 +381,7 @@ pub(crate) mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isa::decode;
+    use tilegen_emu::isa::decode;
 
     fn info(words: &[u32]) -> InstInfo {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
