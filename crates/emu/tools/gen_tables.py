@@ -13,13 +13,17 @@ answers it learns, per opcode and encoding:
   * for every modifier field (abs, neg, clamp, omod, op_sel, cbsz, sc0, ...) which values are valid
     and whether LLVM prints them, and the order of the printed modifiers.
 
+Per opcode it also emits what a timing model needs beyond the encoding class (`Opcode::timing`):
+matrix passes from LLVM's gfx950 scheduling model (asked through llvm-mca-22), the bytes a DS lane
+moves, the VALU rate, implicit SCC/VCC/EXEC reads and operand directions.
+
 It also writes crates/emu/tests/data/all_forms.s (every learned form, for the encoding test).
 
 Usage:  python3 crates/emu/tools/gen_tables.py            (rewrites tables.rs and all_forms.s)
         python3 crates/emu/tools/gen_tables.py --json F   (also dumps the learned database)
-Needs llvm-mc-22 and llvm-objdump-22 on PATH (override with LLVM_MC / LLVM_OBJDUMP). A run takes
-about two minutes; PROBE_CACHE=<file> memoises objdump's answers between runs. The output is
-deterministic: regenerating with the same LLVM gives identical files.
+Needs llvm-mc-22, llvm-objdump-22 and llvm-mca-22 on PATH (override with LLVM_MC / LLVM_OBJDUMP /
+LLVM_MCA). A run takes about two minutes; PROBE_CACHE=<file> memoises objdump's answers between
+runs. The output is deterministic: regenerating with the same LLVM gives identical files.
 """
 import itertools
 import json
@@ -1633,11 +1637,146 @@ def emit_compares(opcodes):
     return "".join(out)
 
 
+# What a timing model needs of each opcode beyond its encoding class, so that it never looks at a
+# mnemonic while it runs. Matrix passes are LLVM's: llvm-mca-22 reports each MFMA's reciprocal
+# throughput in passes from the gfx950 scheduling model (SISchedule.td). One fact llvm-mca cannot
+# show is declared here: SISchedule.td's WriteMFMAScale_16X16X128_F8F6F4 and _32X32X64_F8F6F4
+# select twice the passes when either matrix format is FP8 or BF8 (a SchedVariant on the
+# instruction's cbsz/blgp, which "isn't reflected in MCA", as the file says).
+F8F6F4_FP8_PASS_FACTOR = 2
+# VALU ops LLVM schedules as transcendentals (WriteTrans32: quarter rate).
+TRANSCENDENTAL_PREFIXES = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
+# Scalar ops that read SCC without naming it as an operand.
+READS_SCC_PREFIXES = ("s_cbranch_scc", "s_cselect", "s_addc", "s_subb", "s_cmov")
+# Flag bits of `TimingFacts` (desc.rs spells the same values).
+T_READS_SCC, T_READS_VCC, T_READS_EXEC = 1, 2, 4
+T_SDST_IS_SOURCE, T_SDATA_IS_SOURCE, T_DS_WRITE, T_LOADS_TO_LDS = 8, 16, 32, 64
+
+
+def ds_lane_bytes(m):
+    """Bytes one lane of DS instruction `m` moves (both accesses of read2/write2)."""
+    if "b128" in m:
+        base = 16
+    elif "b96" in m:
+        base = 12
+    elif any(s in m for s in ("b64", "u64", "i64", "f64")):
+        base = 8
+    elif any(s in m for s in ("u16", "i16", "b16")):
+        base = 2
+    elif any(s in m for s in ("u8", "i8", "b8")):
+        base = 1
+    else:
+        base = 4
+    # The tr forms name the element size after the access size (`ds_read_b64_tr_b8`).
+    if "_tr_" in m:
+        base = 12 if "b96" in m else 8
+    return 2 * base if ("read2" in m or "write2" in m) else base
+
+
+def learn_mfma_passes(texts):
+    """Passes of each matrix opcode (name -> int) from llvm-mca-22's gfx950 model, given one
+    assembly line per opcode; an opcode llvm-mca gives no whole number of passes for stops
+    generation (a model must never guess a matrix instruction's time)."""
+    import subprocess
+    import tempfile
+    names = sorted(texts)
+    with tempfile.TemporaryDirectory() as td:
+        src = os.path.join(td, "mfma.s")
+        with open(src, "w") as f:
+            f.write("\n".join(texts[n] for n in names) + "\n")
+        r = subprocess.run([os.environ.get("LLVM_MCA", "llvm-mca-22"), "-mtriple=amdgcn",
+                            "-mcpu=gfx950", "--instruction-info", "--iterations=1",
+                            "--resource-pressure=false", src], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit("llvm-mca-22 failed: " + r.stderr)
+    rows = []
+    in_info = False
+    for line in r.stdout.splitlines():
+        if line.startswith("[1]") and "Instructions:" in line:
+            in_info = True
+            continue
+        if in_info:
+            parts = line.split()
+            if len(parts) < 4:
+                break
+            rows.append((float(parts[2]), line))
+    if len(rows) != len(names):
+        raise SystemExit("llvm-mca-22 reported %d of %d matrix opcodes" % (len(rows), len(names)))
+    passes = {}
+    for n, (rthroughput, line) in zip(names, rows):
+        if rthroughput != int(rthroughput) or not 1 <= rthroughput <= 64 or n.lower() not in line:
+            raise SystemExit("llvm-mca-22: no pass count for %s: %s" % (n, line))
+        passes[n] = int(rthroughput)
+    return passes
+
+
+def timing_facts(name, fams, passes):
+    """(passes, fp8 passes, lane bytes, VALU rate, flags) of opcode `name` learned in families
+    `fams`, or None when it has nothing beyond its encoding class."""
+    m = name.lower()
+    p = passes.get(name, 0)
+    p8 = p * F8F6F4_FP8_PASS_FACTOR if m.endswith("_f8f6f4") else p
+    lane = ds_lane_bytes(m) if "DS" in fams else 0
+    if m.startswith(TRANSCENDENTAL_PREFIXES):
+        rate = "Transcendental"
+    elif "_f64" in m:
+        rate = "Double"
+    else:
+        rate = "Full"
+    flags = 0
+    if m.startswith(READS_SCC_PREFIXES):
+        flags |= T_READS_SCC
+    if m.startswith("s_cbranch_vcc"):
+        flags |= T_READS_VCC
+    if m.startswith("s_cbranch_exec"):
+        flags |= T_READS_EXEC
+    if m.startswith("s_cmpk"):
+        flags |= T_SDST_IS_SOURCE
+    if "SMEM" in fams and "store" in m:
+        flags |= T_SDATA_IS_SOURCE
+    if "DS" in fams and m.startswith("ds_write"):
+        flags |= T_DS_WRITE
+    if "load_lds" in m:
+        flags |= T_LOADS_TO_LDS
+    if (p, p8, lane, rate, flags) == (0, 0, 0, "Full", 0):
+        return None
+    return p, p8, lane, rate, flags
+
+
+def emit_timing(opcodes, fams_of, passes):
+    """`Opcode::timing`: the timing facts of every opcode that has any."""
+    out = ["impl Opcode {\n"
+           "    /// What a timing model needs of the opcode beyond its encoding class, derived when the\n"
+           "    /// tables were generated (matrix passes from LLVM's gfx950 scheduling model through\n"
+           "    /// llvm-mca-22); [`TimingFacts::NONE`] for opcodes with nothing to add.\n"
+           "    pub const fn timing(self) -> TimingFacts {\n"
+           "        const fn t(passes: u8, fp8_passes: u8, lane_bytes: u8, rate: ValuRate, flags: u8)\n"
+           "            -> TimingFacts {\n"
+           "            TimingFacts { passes, fp8_passes, lane_bytes, rate, flags }\n"
+           "        }\n"
+           "        match self {\n"]
+    matrix = 0
+    for o in opcodes:
+        f = timing_facts(o, fams_of.get(o, set()), passes)
+        if f is None:
+            continue
+        p, p8, lane, rate, flags = f
+        matrix += p > 0
+        out.append("            Opcode::%s => t(%d, %d, %d, ValuRate::%s, %d),\n"
+                   % (o, p, p8, lane, rate, flags))
+    if matrix != len(passes):
+        raise SystemExit("matrix opcodes without an Opcode variant")
+    out.append("            _ => TimingFacts::NONE,\n        }\n    }\n}\n\n")
+    return "".join(out)
+
+
 def emit_rust(db, path):
     implicit_roles(db)
     opcodes = []
     descs = []
     maps = {}
+    fams_of = {}
+    mfma_texts = {}
     for famname, (fam, entries) in db.items():
         if ENCODING.get(famname) is None:
             continue
@@ -1657,11 +1796,14 @@ def emit_rust(db, path):
             name = opcode_name(e["mnemonic"])
             if name not in opcodes:
                 opcodes.append(name)
+            fams_of.setdefault(name, set()).add(famname)
+            if famname in ("MAI", "MAI_SCALE") and not name.startswith("V_ACCVGPR_"):
+                mfma_texts.setdefault(name, e["text"])
         maps[famname] = m
     out = []
     out.append("// @generated by crates/emu/tools/gen_tables.py from llvm-objdump-22 --mcpu=gfx950.\n"
                "// Do not edit: regenerate with `python3 crates/emu/tools/gen_tables.py` (needs\n"
-               "// llvm-mc-22 and llvm-objdump-22), then `cargo fmt`.\n"
+               "// llvm-mc-22, llvm-objdump-22 and llvm-mca-22), then `cargo fmt`.\n"
                "//! Opcode tables of gfx950, learned from LLVM's disassembler (see tools/gen_tables.py).\n\n"
                "#![allow(clippy::all)]\n\n"
                "use super::desc::*;\n\n"
@@ -1694,6 +1836,7 @@ def emit_rust(db, path):
         out.append("        Opcode::%s,\n" % o)
     out.append("    ];\n}\n\n")
     out.append(emit_compares(opcodes))
+    out.append(emit_timing(opcodes, fams_of, learn_mfma_passes(mfma_texts)))
     out.append("static OPCODE_NAMES: [&str; %d] = [\n" % len(opcodes))
     for o in opcodes:
         out.append("    %s,\n" % rust_str(o.lower()))

@@ -30,7 +30,7 @@ use tilegen_emu::exec::stats::Stats;
 use tilegen_emu::exec::wave::Wave;
 
 use crate::TimingError;
-use crate::inst::{InstInfo, Unit};
+use crate::inst::{InstInfo, UnitKind};
 use crate::mem::{BuildLineHasher, probed_lines};
 
 /// What the census of one round found.
@@ -86,7 +86,7 @@ pub(crate) fn census(
         infos
             .get(s)
             .and_then(|i| i.as_ref())
-            .is_some_and(|i| i.unit == Unit::Vmem && !i.vmem_store && !i.vmem_atomic)
+            .is_some_and(|i| i.unit == UnitKind::Vmem && !i.vmem_store && !i.vmem_atomic)
     };
     // Load instructions before each slot, to tell a loop that loads from its back edge.
     let mut loads_before = vec![0u32; n_slots + 1];

@@ -26,7 +26,7 @@ use tilegen_emu::exec::stats::Stats;
 use tilegen_emu::exec::wave::Wave;
 
 use crate::TimingError;
-use crate::inst::{CATEGORIES, InstInfo, REGS, ReadKind, Special, Unit};
+use crate::inst::{Category, InstInfo, REGS, ReadKind, Special, UnitKind};
 use crate::mem::{Access, MemSystem, probed_lines};
 use crate::params::Params;
 use crate::trace::TraceBuf;
@@ -299,10 +299,10 @@ impl WaveTiming {
             _ => {}
         }
         match info.unit {
-            Unit::Vmem if self.vm.len() >= k.max_vm => {
+            UnitKind::Vmem if self.vm.len() >= k.max_vm => {
                 bump(self.vm[self.vm.len() - k.max_vm], Reason::WaitcntVm)
             }
-            Unit::Lds | Unit::Smem if self.lgkm.len() >= k.max_lgkm => {
+            UnitKind::Lds | UnitKind::Smem if self.lgkm.len() >= k.max_lgkm => {
                 bump(kth_largest(&self.lgkm, k.max_lgkm - 1), Reason::WaitcntLgkm)
             }
             _ => {}
@@ -549,10 +549,10 @@ impl Cu {
         let s = wt.simd;
         let k = &ctx.knobs;
         let pipe = match info.unit {
-            Unit::Valu => self.valu_free[s],
-            Unit::Mfma => self.mfma_free[s],
-            Unit::Lds => self.port_free[s / 2].saturating_sub(k.lds_queue),
-            Unit::Vmem => self.ta_free.saturating_sub(k.vmem_queue),
+            UnitKind::Valu => self.valu_free[s],
+            UnitKind::Mfma => self.mfma_free[s],
+            UnitKind::Lds => self.port_free[s / 2].saturating_sub(k.lds_queue),
+            UnitKind::Vmem => self.ta_free.saturating_sub(k.vmem_queue),
             _ => 0,
         };
         let (r, why) = if pipe > own.0 {
@@ -585,7 +585,7 @@ impl Cu {
                 }
             }
             cands.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut used = [false; CATEGORIES];
+            let mut used = [false; Category::COUNT];
             let mut issued = false;
             let mut best: Option<(u64, Reason)> = None;
             for &(_, _, g, w) in &cands {
@@ -738,7 +738,7 @@ impl Cu {
         let mut next_reason = Reason::Dependency;
         let mut busy_until = t + k.slot;
         match info.unit {
-            Unit::Valu => {
+            UnitKind::Valu => {
                 self.valu_free[s] = t + info.busy as u64;
                 let lat = k.valu_latency.max(info.busy as u64 + k.slot);
                 for &(st, c) in &info.writes {
@@ -754,7 +754,7 @@ impl Cu {
                     }
                 }
             }
-            Unit::Mfma => {
+            UnitKind::Mfma => {
                 let busy = info.busy as u64;
                 self.mfma_free[s] = t + busy;
                 self.mfma_busy[s] += busy;
@@ -773,15 +773,15 @@ impl Cu {
                     tr.pipe(s, t, busy, info.mnemonic);
                 }
             }
-            Unit::Salu => {
+            UnitKind::Salu => {
                 for &(st, c) in &info.writes {
                     for r in (st as usize..(st + c) as usize).filter(|&r| r < REGS) {
                         wt.ready[r] = t + k.salu_latency;
                     }
                 }
             }
-            Unit::Smem => wt.lgkm.push(t + k.smem_latency),
-            Unit::Lds => {
+            UnitKind::Smem => wt.lgkm.push(t + k.smem_latency),
+            UnitKind::Lds => {
                 let lanes = exec_before.count_ones() as u64;
                 let bytes = lanes * info.ds_bytes as u64;
                 let conflicts = ctx.stats.lds_bank_conflict_cycles - conflicts_before;
@@ -797,7 +797,7 @@ impl Cu {
                 wt.last_lds = done;
                 wt.lgkm.push(done);
             }
-            Unit::Vmem => {
+            UnitKind::Vmem => {
                 let p = &ctx.probe.vmem;
                 let kind = if info.vmem_store {
                     Access::Store
@@ -843,7 +843,7 @@ impl Cu {
                 let done = done.max(wt.vm.back().copied().unwrap_or(0));
                 wt.vm.push_back(done);
             }
-            Unit::Branch => {
+            UnitKind::Branch => {
                 let taken = new_pc != pc + info.size as u64;
                 if step != Step::End {
                     next = t + if taken {
@@ -854,7 +854,7 @@ impl Cu {
                     next_reason = Reason::Branch;
                 }
             }
-            Unit::Internal => {}
+            UnitKind::Internal => {}
         }
         match info.special {
             Special::Nop(n) => {
@@ -886,7 +886,8 @@ impl Cu {
             );
             wt.last_end = busy_until;
         }
-        if matches!(info.unit, Unit::Lds | Unit::Vmem) || matches!(step, Step::Barrier | Step::End)
+        if matches!(info.unit, UnitKind::Lds | UnitKind::Vmem)
+            || matches!(step, Step::Barrier | Step::End)
         {
             self.dirty = true;
         }

@@ -1,15 +1,21 @@
 //! What the model needs to know about each decoded instruction, computed once per program:
-//! the unit it runs on, its issue category, pipe occupancy, and the registers it reads and
-//! writes (for the per-register ready times).
+//! the unit that serves it, its issue category, how long it holds its unit, and the registers
+//! it reads and writes (for the per-register ready times). Every fact comes from the decoded
+//! instruction and the generated columns of the emulator's opcode tables
+//! ([`Opcode::timing`](tilegen_emu::isa::Opcode::timing)), never from its mnemonic.
 
 use tilegen_emu::exec::interp::classify;
 use tilegen_emu::exec::stats::InstClass;
-use tilegen_emu::isa::{ConstReg, Encoding, Inst, Opcode, Operand, Role, SpecialReg};
+use tilegen_emu::isa::{ConstReg, Encoding, Inst, Opcode, Operand, Role, SpecialReg, ValuRate};
 
+use crate::TimingError;
 use crate::params::Params;
 
+/// Vector registers of a lane in a wave's ready-time table: v0-v255, then a0-a255 (gfx950's
+/// unified file).
+pub(crate) const VECTOR_REGS: u16 = 512;
 /// Index of the first SGPR (by scalar operand code) in a wave's ready-time table.
-pub(crate) const SREG_BASE: u16 = 512;
+pub(crate) const SREG_BASE: u16 = VECTOR_REGS;
 /// Index of SCC in the ready-time table.
 pub(crate) const SCC: u16 = SREG_BASE + 128;
 /// Entries of the ready-time table: v0-v255, a0-a255, the 128 scalar codes, SCC.
@@ -21,27 +27,46 @@ pub(crate) const VCC: u16 = SREG_BASE + 106;
 /// M0.
 pub(crate) const M0: u16 = SREG_BASE + 124;
 
-/// The execution unit an instruction occupies.
+/// The unit of a CU that serves an instruction (see [`crate::units`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
+pub(crate) enum UnitKind {
+    /// The SIMD's vector ALU.
     Valu,
+    /// The SIMD's matrix core.
     Mfma,
+    /// The scalar ALU.
     Salu,
+    /// Scalar memory (the scalar cache).
     Smem,
+    /// The LDS port of the SIMD's pair.
     Lds,
+    /// The CU's texture addresser, and behind it the memory hierarchy.
     Vmem,
+    /// Branches and messages.
     Branch,
-    /// Handled by the sequencer itself (waitcnt, nop, setprio, sleep, barrier, message).
+    /// Handled by the sequencer itself (waitcnt, nop, setprio, sleep, barrier).
     Internal,
 }
 
 /// Issue categories: at most one instruction of each per SIMD issue slot.
-pub(crate) const CATEGORIES: usize = 5;
-const CAT_VALU: u8 = 0;
-const CAT_VMEM: u8 = 1;
-const CAT_SALU: u8 = 2;
-const CAT_LDS: u8 = 3;
-const CAT_BRANCH: u8 = 4;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Category {
+    /// VALU and MFMA.
+    Valu,
+    /// Vector memory.
+    Vmem,
+    /// SALU and SMEM.
+    Salu,
+    /// LDS.
+    Lds,
+    /// Branches and messages.
+    Branch,
+}
+
+impl Category {
+    /// Number of categories.
+    pub(crate) const COUNT: usize = 5;
+}
 
 /// Sequencer instructions with a timing effect of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,9 +108,9 @@ pub(crate) struct Read {
 /// Timing facts of one instruction.
 #[derive(Clone, Debug)]
 pub(crate) struct InstInfo {
-    pub unit: Unit,
+    pub unit: UnitKind,
     /// Issue category (`None`: sequencer-internal, never conflicts).
-    pub category: Option<u8>,
+    pub category: Option<Category>,
     /// Clocks the unit is busy (VALU, MFMA).
     pub busy: u32,
     /// MFMA passes.
@@ -107,6 +132,7 @@ pub(crate) struct InstInfo {
     pub class: InstClass,
     /// Instruction size in bytes (to tell a taken branch).
     pub size: u8,
+    /// The mnemonic, for traces only.
     pub mnemonic: &'static str,
 }
 
@@ -138,50 +164,15 @@ fn simm16(i: &Inst) -> u32 {
     }
 }
 
-/// Bytes per lane of a DS instruction, from its mnemonic.
-fn ds_bytes(m: &str) -> u32 {
-    let base = if m.contains("b128") {
-        16
-    } else if m.contains("b96") {
-        12
-    } else if m.contains("b64") || m.contains("u64") || m.contains("i64") || m.contains("f64") {
-        8
-    } else if m.contains("u16") || m.contains("i16") || m.contains("b16") {
-        2
-    } else if m.contains("u8") || m.contains("i8") || m.contains("b8") {
-        1
-    } else {
-        4
-    };
-    // The tr forms name the element size after the access size (`ds_read_b64_tr_b8`).
-    let base = if m.contains("_tr_") {
-        if m.contains("b96") { 12 } else { 8 }
-    } else {
-        base
-    };
-    if m.contains("read2") || m.contains("write2") {
-        2 * base
-    } else {
-        base
-    }
-}
-
-fn is_transcendental(m: &str) -> bool {
-    [
-        "v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_",
-    ]
-    .iter()
-    .any(|p| m.starts_with(p))
-}
-
 impl InstInfo {
-    /// The timing facts of `i` under `params`.
-    pub(crate) fn new(i: &Inst, params: &Params) -> InstInfo {
+    /// The timing facts of `i` under `params`; a matrix instruction the opcode tables give no
+    /// pass count is an error (the model never guesses one).
+    pub(crate) fn new(i: &Inst, params: &Params) -> Result<InstInfo, TimingError> {
         let class = classify(i);
-        let m = i.mnemonic();
+        let facts = i.op.timing();
         let slot = params.issue.slot_cycles.positive().get() as u32;
         let mut info = InstInfo {
-            unit: Unit::Internal,
+            unit: UnitKind::Internal,
             category: None,
             busy: 0,
             passes: 0,
@@ -195,25 +186,25 @@ impl InstInfo {
             lds_dma: false,
             class,
             size: i.size,
-            mnemonic: m,
+            mnemonic: i.mnemonic(),
         };
         match class {
             InstClass::Salu => {
-                info.unit = Unit::Salu;
-                info.category = Some(CAT_SALU);
+                info.unit = UnitKind::Salu;
+                info.category = Some(Category::Salu);
                 if i.op == Opcode::S_SETPRIO {
                     info.special = Special::Setprio((simm16(i) & 3) as u8);
-                    info.unit = Unit::Internal;
+                    info.unit = UnitKind::Internal;
                     info.category = None;
                 }
             }
             InstClass::Smem => {
-                info.unit = Unit::Smem;
-                info.category = Some(CAT_SALU);
+                info.unit = UnitKind::Smem;
+                info.category = Some(Category::Salu);
             }
             InstClass::Branch => {
-                info.unit = Unit::Branch;
-                info.category = Some(CAT_BRANCH);
+                info.unit = UnitKind::Branch;
+                info.category = Some(Category::Branch);
                 if i.op == Opcode::S_ENDPGM {
                     info.special = Special::End;
                 }
@@ -234,49 +225,60 @@ impl InstInfo {
                 Opcode::S_SETPRIO => info.special = Special::Setprio((simm16(i) & 3) as u8),
                 _ => {
                     // Messages, traps and the like go through the branch/message category.
-                    info.unit = Unit::Branch;
-                    info.category = Some(CAT_BRANCH);
+                    info.unit = UnitKind::Branch;
+                    info.category = Some(Category::Branch);
                 }
             },
             InstClass::Valu | InstClass::Vop3p => {
-                info.unit = Unit::Valu;
-                info.category = Some(CAT_VALU);
-                info.busy = if is_transcendental(m) {
-                    params.valu.transcendental_cycles.count()
-                } else if m.contains("_f64") {
-                    params.valu.f64_cycles.count()
-                } else {
-                    params.valu.issue_cycles.count()
+                info.unit = UnitKind::Valu;
+                info.category = Some(Category::Valu);
+                let v = &params.valu;
+                info.busy = match facts.rate {
+                    ValuRate::Transcendental => v.transcendental_cycles.count(),
+                    ValuRate::Double => v.f64_cycles.count(),
+                    ValuRate::Full => v.issue_cycles.count(),
                 } as u32;
             }
             InstClass::Mfma => {
-                info.unit = Unit::Mfma;
-                info.category = Some(CAT_VALU);
-                info.passes = params.mfma_passes(m, i.mfma.cbsz, i.mfma.blgp).unwrap_or(8);
+                info.unit = UnitKind::Mfma;
+                info.category = Some(Category::Valu);
+                // cbsz and blgp select the A and B formats of the f8f6f4 opcodes; 0 and 1 are
+                // FP8 and BF8. The other matrix opcodes take the same passes either way.
+                let fp8 = i.mfma.cbsz <= 1 || i.mfma.blgp <= 1;
+                let passes = if fp8 { facts.fp8_passes } else { facts.passes };
+                if passes == 0 {
+                    return Err(TimingError::UnknownMfma {
+                        mnemonic: i.mnemonic(),
+                    });
+                }
+                info.passes = passes as u32;
                 info.busy = info.passes * slot;
             }
             InstClass::Lds => {
-                info.unit = Unit::Lds;
-                info.category = Some(CAT_LDS);
-                info.ds_bytes = ds_bytes(m);
-                info.ds_write = m.starts_with("ds_write") && i.dst() == Operand::None;
+                info.unit = UnitKind::Lds;
+                info.category = Some(Category::Lds);
+                info.ds_bytes = facts.lane_bytes as u32;
+                info.ds_write = facts.ds_write() && i.dst() == Operand::None;
             }
             InstClass::VmemLoad | InstClass::VmemStore | InstClass::VmemAtomic => {
-                info.unit = Unit::Vmem;
-                info.category = Some(CAT_VMEM);
+                info.unit = UnitKind::Vmem;
+                info.category = Some(Category::Vmem);
                 info.vmem_store = class == InstClass::VmemStore;
                 info.vmem_atomic = class == InstClass::VmemAtomic;
                 info.lds_dma = class == InstClass::VmemLoad
-                    && ((i.encoding == Encoding::Mubuf && i.mem.lds) || m.contains("load_lds"));
+                    && ((i.encoding == Encoding::Mubuf && i.mem.lds) || facts.loads_to_lds());
             }
         }
         info.collect_registers(i);
-        info
+        Ok(info)
     }
 
     fn collect_registers(&mut self, i: &Inst) {
-        let m = self.mnemonic;
-        let vector = matches!(self.unit, Unit::Valu | Unit::Mfma | Unit::Lds | Unit::Vmem);
+        let facts = i.op.timing();
+        let vector = matches!(
+            self.unit,
+            UnitKind::Valu | UnitKind::Mfma | UnitKind::Lds | UnitKind::Vmem
+        );
         let mut read = |r: (u16, u16), kind| {
             self.reads.push(Read {
                 start: r.0,
@@ -290,26 +292,15 @@ impl InstInfo {
             let Some(r) = regs(op) else { continue };
             match role {
                 Role::Vdst => {
-                    if matches!(self.unit, Unit::Vmem) && (self.vmem_store) {
+                    if self.unit == UnitKind::Vmem && self.vmem_store {
                         read(r, ReadKind::Plain);
                     } else {
                         writes.push(r);
                     }
                 }
-                Role::Sdst => {
-                    if m.starts_with("s_cmpk") {
-                        read(r, ReadKind::Plain);
-                    } else {
-                        writes.push(r);
-                    }
-                }
-                Role::Sdata => {
-                    if m.contains("store") {
-                        read(r, ReadKind::Plain);
-                    } else {
-                        writes.push(r);
-                    }
-                }
+                Role::Sdst if facts.sdst_is_source() => read(r, ReadKind::Plain),
+                Role::Sdata if facts.sdata_is_source() => read(r, ReadKind::Plain),
+                Role::Sdst | Role::Sdata => writes.push(r),
                 Role::Vdata => {
                     if self.vmem_store || self.vmem_atomic {
                         read(r, ReadKind::Plain);
@@ -320,32 +311,27 @@ impl InstInfo {
                         writes.push(r);
                     }
                 }
-                Role::Src0 | Role::Src1 if self.unit == Unit::Mfma => read(r, ReadKind::MfmaAb),
-                Role::Src2 if self.unit == Unit::Mfma => read(r, ReadKind::MfmaC),
+                Role::Src0 | Role::Src1 if self.unit == UnitKind::Mfma => read(r, ReadKind::MfmaAb),
+                Role::Src2 if self.unit == UnitKind::Mfma => read(r, ReadKind::MfmaC),
                 _ => read(r, ReadKind::Plain),
             }
         }
-        if vector && self.unit != Unit::Mfma {
+        if vector && self.unit != UnitKind::Mfma {
             read((EXEC, 2), ReadKind::Plain);
         }
         if lds_dma {
             read((M0, 1), ReadKind::Plain);
         }
-        if self.unit == Unit::Salu {
+        if self.unit == UnitKind::Salu {
             writes.push((SCC, 1));
         }
-        if m.starts_with("s_cbranch_scc")
-            || m.starts_with("s_cselect")
-            || m.starts_with("s_addc")
-            || m.starts_with("s_subb")
-            || m.starts_with("s_cmov")
-        {
+        if facts.reads_scc() {
             read((SCC, 1), ReadKind::Plain);
         }
-        if m.starts_with("s_cbranch_vcc") {
+        if facts.reads_vcc() {
             read((VCC, 2), ReadKind::Plain);
         }
-        if m.starts_with("s_cbranch_exec") {
+        if facts.reads_exec() {
             read((EXEC, 2), ReadKind::Plain);
         }
         self.writes = writes;
@@ -359,7 +345,7 @@ pub(crate) mod tests_support {
     /// An `s_waitcnt` with these counts.
     pub(crate) fn waitcnt(vm: u8, lgkm: u8) -> InstInfo {
         InstInfo {
-            unit: Unit::Internal,
+            unit: UnitKind::Internal,
             category: None,
             busy: 0,
             passes: 0,
@@ -386,7 +372,7 @@ mod tests {
     fn info(words: &[u32]) -> InstInfo {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let i = decode(&bytes, 0).unwrap();
-        InstInfo::new(&i, &Params::mi355x())
+        InstInfo::new(&i, &Params::mi355x()).unwrap()
     }
 
     #[test]
@@ -395,13 +381,13 @@ mod tests {
         let f = info(&[0xd1cb0003, 0x04120701]);
         assert_eq!(
             (f.unit, f.category, f.busy),
-            (Unit::Valu, Some(CAT_VALU), 4)
+            (UnitKind::Valu, Some(Category::Valu), 4)
         );
         assert_eq!(f.writes, vec![(3, 1)]);
         assert_eq!(f.reads.len(), 4, "three sources and EXEC");
         // v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[12:19], v[0:3], v20, v21 (fp8)
         let m = info(&[0xd3ac1800, 0x08022b14, 0xd3ad0800, 0x04021904]);
-        assert_eq!((m.unit, m.passes, m.busy), (Unit::Mfma, 8, 32));
+        assert_eq!((m.unit, m.passes, m.busy), (UnitKind::Mfma, 8, 32));
         assert_eq!(m.writes, vec![(0, 4)]);
         assert!(
             m.reads
@@ -421,7 +407,7 @@ mod tests {
         assert_eq!(w.special, Special::Waitcnt { vm: 63, lgkm: 0 });
         // ds_read_b32 v4, v3 / ds_write_b32 v2, v1
         let r = info(&[0xd86c0000, 0x04000003]);
-        assert_eq!((r.unit, r.ds_bytes, r.ds_write), (Unit::Lds, 4, false));
+        assert_eq!((r.unit, r.ds_bytes, r.ds_write), (UnitKind::Lds, 4, false));
         assert_eq!(r.writes, vec![(4, 1)]);
         let wr = info(&[0xd81a0000, 0x00000102]);
         assert!(wr.ds_write && wr.writes.is_empty());

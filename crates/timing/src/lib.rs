@@ -79,8 +79,8 @@ pub use cu::{Reason, StallBreakdown};
 pub use gpu::{Limiter, Occupancy, occupancy};
 pub use mem::MemoryReport;
 pub use params::{
-    ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, MfmaPassRule, Number, Param,
-    ParamBound, Params, ParamsError, SaluParams, ValuParams, VmemParams,
+    ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, Number, Param, ParamBound, Params,
+    ParamsError, SaluParams, ValuParams, VmemParams,
 };
 pub use trace::{Trace, TraceOptions};
 
@@ -298,6 +298,13 @@ pub enum TimingError {
         /// The round (from 0).
         round: u64,
     },
+    /// A matrix instruction the emulator's opcode tables give no pass count (the model never
+    /// guesses one).
+    #[error("the timing model has no pass count for the matrix instruction {mnemonic}")]
+    UnknownMfma {
+        /// Its mnemonic.
+        mnemonic: &'static str,
+    },
     /// Writing a trace failed.
     #[error("writing the trace")]
     Trace(#[from] serde_json::Error),
@@ -380,8 +387,12 @@ fn run(
     let gpu_cus = xcds * cpx;
     let cap = occ.workgroups_per_cu as u64;
     let infos: Vec<Option<InstInfo>> = (0..prog.instruction_count())
-        .map(|s| prog.at_slot(s).map(|i| InstInfo::new(i, params)))
-        .collect();
+        .map(|s| {
+            prog.at_slot(s)
+                .map(|i| InstInfo::new(i, params))
+                .transpose()
+        })
+        .collect::<Result<_, _>>()?;
     let new_ctx =
         |cus: usize, sim_xcds: usize, gpu_share: f64, l2_share: f64, shares: Vec<f64>| Ctx {
             prog,

@@ -126,21 +126,6 @@ pub struct ValuParams {
     pub exec_write_then_mfma_wait_states: Param,
 }
 
-/// One rule of the MFMA pass table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MfmaPassRule {
-    /// Mnemonic pattern; `*` matches any text.
-    pub pattern: String,
-    /// Passes (4 clocks each).
-    pub passes: u32,
-    /// Passes when A or B is FP8/BF8 (f8f6f4 formats 0 and 1), if different.
-    #[serde(default)]
-    pub fp8_passes: Option<u32>,
-    /// Where the numbers come from.
-    pub source: String,
-}
-
 /// Matrix core.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,8 +135,6 @@ pub struct MfmaParams {
     pub result_extra_wait_states: Param,
     /// Wait states before a back-to-back MFMA may read the previous result as SrcC.
     pub srcc_same_acc_wait_states: Param,
-    /// Passes by mnemonic, first match wins.
-    pub passes: Vec<MfmaPassRule>,
 }
 
 /// Scalar unit.
@@ -368,8 +351,9 @@ impl fmt::Display for Shown {
 //   gpu.max_waves_per_simd` = 4 x 16 of them.
 // * Time: latencies up to 100,000 clocks (10^5 ns), bandwidths of at least 1 byte per clock
 //   for a unit of a CU and 100 GB/s for the GPU, and s_sleep units up to 10,000 clocks keep
-//   simulated times of any real kernel far inside 64-bit cycle counts; `issue.slot_cycles` <= 16 and MFMA passes
-//   <= 64 keep an instruction's busy time within 32 bits.
+//   simulated times of any real kernel far inside 64-bit cycle counts; `issue.slot_cycles` <= 16
+//   and MFMA passes (at most 32 in the opcode tables) keep an instruction's busy time within
+//   32 bits.
 // * The bounds hold every value `aiter-calibrate --fit` tries (its ranges are checked
 //   against these by its tests).
 
@@ -650,21 +634,6 @@ const BOUNDS: [(&str, ParamBound); 57] = [
     ("vmem.store_ack_latency_cycles", MEMORY_CYCLES),
 ];
 
-/// The number of rules of the MFMA pass table: first match wins over the list, and a table
-/// without rules would time every matrix instruction with a guess.
-const PASS_RULES: ParamBound = ParamBound::whole(
-    1.0,
-    1_024.0,
-    "gfx950's first-match list has 14 rules; 1 to 1,024 modelled",
-);
-
-/// Passes of one matrix instruction (4 clocks each).
-const PASSES: ParamBound = ParamBound::whole(
-    1.0,
-    64.0,
-    "gfx950's longest matrix instructions take 16 passes; 1 to 64 modelled",
-);
-
 /// Why parameters could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ParamsError {
@@ -700,18 +669,12 @@ pub enum ParamsError {
     /// needs a whole number).
     #[error("timing parameter {name} = {shown} is out of range: it must be {bound}", shown = Shown(*value))]
     Invalid {
-        /// Dotted name of the entry (`mfma.passes[i].passes` for a rule of the pass table).
+        /// Dotted name of the entry.
         name: String,
         /// Its value.
         value: f64,
         /// What the entry may hold.
         bound: ParamBound,
-    },
-    /// A rule of the MFMA pass table has an empty pattern.
-    #[error("timing parameter {name} is empty: a pass rule needs a mnemonic pattern")]
-    EmptyPattern {
-        /// `mfma.passes[i].pattern`.
-        name: String,
     },
     /// An entry of the tables has no declared bound: a defect of this crate (every entry
     /// needs one in `Params::bounds`), caught by its unit tests.
@@ -746,8 +709,8 @@ impl Params {
     }
 
     /// The defaults overridden by a TOML text: tables merge entry by entry, an entry
-    /// (`{ value, source }`) or an array (`[[mfma.passes]]`) replaces the default whole, so
-    /// every value keeps a source. Unknown names are errors.
+    /// (`{ value, source }`) replaces the default whole, so every value keeps a source. Unknown
+    /// names are errors.
     pub fn from_toml_str(overrides: &str) -> Result<Params, ParamsError> {
         let mut base: toml::Table = toml::from_str(Self::DEFAULT_TOML)?;
         let over: toml::Table = toml::from_str(overrides)?;
@@ -798,7 +761,6 @@ impl Params {
     }
 
     /// Every entry's bound, by dotted name (`table.entry`): the one place they are declared.
-    /// The MFMA pass table's numbers have theirs in [`Params::pass_bound`].
     pub fn bounds() -> &'static [(&'static str, ParamBound)] {
         &BOUNDS
     }
@@ -808,68 +770,15 @@ impl Params {
         BOUNDS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
     }
 
-    /// The bound of a pass count of the MFMA pass table (`passes`, `fp8_passes`).
-    pub fn pass_bound() -> ParamBound {
-        PASSES
-    }
-
     /// Checks every entry against its bound, and the MFMA pass table's rules. The walk goes
     /// over the entries as they serialize, so an entry added to the tables without a bound
     /// is an error ([`ParamsError::Unbounded`]), not an unchecked number.
     pub fn validate(&self) -> Result<(), ParamsError> {
-        check_entries(&toml::Table::try_from(self)?)?;
-        self.validate_pass_rules()
-    }
-
-    fn validate_pass_rules(&self) -> Result<(), ParamsError> {
-        let rules = &self.mfma.passes;
-        if !PASS_RULES.admits(rules.len() as f64) {
-            return Err(ParamsError::Invalid {
-                name: "mfma.passes".into(),
-                value: rules.len() as f64,
-                bound: PASS_RULES,
-            });
-        }
-        for (i, r) in rules.iter().enumerate() {
-            if r.pattern.is_empty() {
-                return Err(ParamsError::EmptyPattern {
-                    name: format!("mfma.passes[{i}].pattern"),
-                });
-            }
-            let counts = [("passes", Some(r.passes)), ("fp8_passes", r.fp8_passes)];
-            for (key, n) in counts {
-                if let Some(n) = n
-                    && !PASSES.admits(n as f64)
-                {
-                    return Err(ParamsError::Invalid {
-                        name: format!("mfma.passes[{i}].{key}"),
-                        value: n as f64,
-                        bound: PASSES,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Passes of the matrix instruction `mnemonic` with f8f6f4 formats `cbsz` (A) and `blgp`
-    /// (B); `None` when no rule matches.
-    pub fn mfma_passes(&self, mnemonic: &str, cbsz: u8, blgp: u8) -> Option<u32> {
-        let rule = self
-            .mfma
-            .passes
-            .iter()
-            .find(|r| glob(&r.pattern, mnemonic))?;
-        let fp8 = cbsz <= 1 || blgp <= 1;
-        Some(match rule.fp8_passes {
-            Some(p) if fp8 => p,
-            _ => rule.passes,
-        })
+        check_entries(&toml::Table::try_from(self)?)
     }
 }
 
-/// Checks every `{ value, source }` entry of the serialized tables against its bound; the
-/// MFMA pass table (an array of rules) is checked from the typed rules.
+/// Checks every `{ value, source }` entry of the serialized tables against its bound.
 fn check_entries(tree: &toml::Table) -> Result<(), ParamsError> {
     for (table, entries) in tree {
         let toml::Value::Table(entries) = entries else {
@@ -885,7 +794,6 @@ fn check_entries(tree: &toml::Table) -> Result<(), ParamsError> {
                     Some(toml::Value::Integer(v)) => *v as f64,
                     _ => return Err(ParamsError::Unbounded { name }),
                 },
-                toml::Value::Array(_) if name == "mfma.passes" => continue,
                 _ => return Err(ParamsError::Unbounded { name }),
             };
             let bound = Params::bound(&name)
@@ -912,26 +820,6 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
-/// `*`-wildcard match of the whole `text`.
-fn glob(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for mid in &parts[1..parts.len() - 1] {
-        match rest.find(mid) {
-            Some(i) => rest = &rest[i + mid.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -950,9 +838,6 @@ mod tests {
         let text = p.to_toml_string();
         let back = Params::from_toml_str(&text).unwrap();
         assert_eq!(back, p);
-        for r in &p.mfma.passes {
-            assert!(!r.source.is_empty(), "{}", r.pattern);
-        }
         // Every `value` line of the embedded table has a non-empty source next to it.
         for line in Params::DEFAULT_TOML
             .lines()
@@ -980,26 +865,6 @@ mod tests {
             Params::from_toml_str("[clock]\npeak_ghz = { value = 0, source = \"x\" }"),
             Err(ParamsError::Invalid { .. })
         ));
-    }
-
-    #[test]
-    fn mfma_pass_table_follows_sischedule() {
-        let p = Params::mi355x();
-        let f = |m: &str, a, b| p.mfma_passes(m, a, b);
-        assert_eq!(f("v_mfma_scale_f32_16x16x128_f8f6f4", 4, 4), Some(4));
-        assert_eq!(f("v_mfma_scale_f32_16x16x128_f8f6f4", 0, 4), Some(8));
-        assert_eq!(f("v_mfma_scale_f32_32x32x64_f8f6f4", 4, 2), Some(8));
-        assert_eq!(f("v_mfma_f32_32x32x64_f8f6f4", 4, 1), Some(16));
-        assert_eq!(f("v_mfma_f32_16x16x32_bf16", 0, 0), Some(4));
-        assert_eq!(f("v_mfma_f32_32x32x16_bf16", 0, 0), Some(8));
-        assert_eq!(f("v_mfma_f32_32x32x8_f16", 0, 0), Some(8));
-        assert_eq!(f("v_mfma_f32_32x32x2_f32", 0, 0), Some(16));
-        assert_eq!(f("v_mfma_f32_16x16x4_f32", 0, 0), Some(8));
-        assert_eq!(f("v_mfma_f32_4x4x4_16b_f16", 0, 0), Some(2));
-        assert_eq!(f("v_mfma_f64_16x16x4_f64", 0, 0), Some(16));
-        assert_eq!(f("v_smfmac_f32_32x32x32_bf16", 0, 0), Some(8));
-        assert_eq!(f("v_add_f32", 0, 0), None);
-        assert!(glob("a*b*c", "axxbyyc") && !glob("a*b*c", "axxc") && glob("abc", "abc"));
     }
 
     /// `[table]` / `key` of a dotted name.
@@ -1070,10 +935,7 @@ mod tests {
 
     #[test]
     fn bounds_are_ranges_of_their_own_kind_and_say_why() {
-        for (name, b) in BOUNDS.iter().chain([
-            &("mfma.passes[].passes", PASSES),
-            &("mfma.passes", PASS_RULES),
-        ]) {
+        for (name, b) in BOUNDS.iter() {
             assert!(
                 b.min <= b.max && b.admits(b.min) && b.admits(b.max),
                 "{name}"
@@ -1110,8 +972,9 @@ mod tests {
         );
         // A round's workgroup counts stay far from overflow.
         assert!(cus * max("gpu.max_workgroups_per_cu") <= (1u64 << 16) as f64);
-        // An instruction's busy time fits 32 bits.
-        assert!(max("issue.slot_cycles") * PASSES.max < u32::MAX as f64);
+        // An instruction's busy time fits 32 bits (an f8f6f4 MFMA with FP8 operands takes at
+        // most 2 x 16 passes, a u8 in the opcode tables).
+        assert!(max("issue.slot_cycles") * u8::MAX as f64 <= u32::MAX as f64);
     }
 
     #[test]
@@ -1205,41 +1068,7 @@ mod tests {
                 refusals += 1;
             }
         }
-        assert_eq!(refusals, 4 * 57);
-    }
-
-    #[test]
-    fn pass_rules_are_checked() {
-        let rule = |pattern: &str, passes: u32, fp8: &str| {
-            Params::from_toml_str(&format!(
-                "[[mfma.passes]]\npattern = {pattern:?}\npasses = {passes}\n{fp8}source = \"x\"\n"
-            ))
-        };
-        assert!(rule("v_mfma_*", 4, "").is_ok());
-        assert!(matches!(
-            rule("", 4, ""),
-            Err(ParamsError::EmptyPattern { name }) if name == "mfma.passes[0].pattern"
-        ));
-        for (passes, fp8, name) in [
-            (0, "", "mfma.passes[0].passes"),
-            (65, "", "mfma.passes[0].passes"),
-            (4, "fp8_passes = 0\n", "mfma.passes[0].fp8_passes"),
-            (4, "fp8_passes = 4000000000\n", "mfma.passes[0].fp8_passes"),
-        ] {
-            match rule("v_mfma_*", passes, fp8) {
-                Err(ParamsError::Invalid { name: n, .. }) => assert_eq!(n, name),
-                other => panic!("{passes} {fp8}: {other:?}"),
-            }
-        }
-        // Negative or beyond 32 bits: not a pass count at all.
-        assert!(matches!(
-            rule("v_mfma_*", 4, "fp8_passes = -1\n"),
-            Err(ParamsError::Toml(_))
-        ));
-        assert!(matches!(
-            Params::from_toml_str("[mfma]\npasses = []\n"),
-            Err(ParamsError::Invalid { name, .. }) if name == "mfma.passes"
-        ));
+        assert_eq!(refusals, 4 * BOUNDS.len());
     }
 
     #[test]
@@ -1368,11 +1197,11 @@ mod tests {
         p.vmem.max_vmcnt.value = f64::NAN;
         assert!(predict_small(&p, 2, 2, Method::Full).is_err());
         let mut p = Params::mi355x();
-        p.mfma.passes[3].passes = 0;
+        p.mfma.result_extra_wait_states.value = 1e9;
         let prog = small_kernel(&mut DeviceMemory::new());
         assert!(matches!(
             crate::occupancy(&prog, [128, 1, 1], 0, &p),
-            Err(TimingError::Params(ParamsError::Invalid { name, .. })) if name == "mfma.passes[3].passes"
+            Err(TimingError::Params(ParamsError::Invalid { name, .. })) if name == "mfma.result_extra_wait_states"
         ));
     }
 
@@ -1394,7 +1223,7 @@ mod tests {
         }
         // 1 KiB of LDS per CU is less than one 1,280-byte allocation block.
         assert_eq!(not_fitting, [("gpu.lds_bytes_per_cu", 1024.0)]);
-        assert_eq!(predicted, 2 * 57 - 1);
+        assert_eq!(predicted, 2 * BOUNDS.len() - 1);
         let mut all = [Params::mi355x(), Params::mi355x()];
         for (name, b) in BOUNDS {
             let (table, key) = split(name);
@@ -1459,38 +1288,6 @@ mod tests {
             }
         }
 
-        /// Any pass counts and pattern in a rule of the pass table: taken within the bound, or
-        /// refused naming the rule.
-        #[test]
-        fn any_pass_rule_is_taken_within_its_bound_or_refused(
-            passes in prop_oneof![0u32..80, Just(u32::MAX)],
-            fp8 in proptest::option::of(prop_oneof![0u32..80, Just(u32::MAX)]),
-            pattern in prop_oneof!["", "v_mfma_\\*[a-z0-9_]{0,8}"],
-        ) {
-            let mut p = Params::mi355x();
-            p.mfma.passes.push(MfmaPassRule {
-                pattern: pattern.clone(),
-                passes,
-                fp8_passes: fp8,
-                source: "x".into(),
-            });
-            let rule = format!("mfma.passes[{}].", p.mfma.passes.len() - 1);
-            let ok = !pattern.is_empty()
-                && PASSES.admits(passes as f64)
-                && fp8.is_none_or(|f| PASSES.admits(f as f64));
-            match p.validate() {
-                Ok(()) => prop_assert!(ok),
-                Err(ParamsError::Invalid { name, .. }) => {
-                    let named = name.starts_with(&rule);
-                    prop_assert!(!ok && named, "{}", name);
-                }
-                Err(ParamsError::EmptyPattern { name }) => {
-                    let named = name == format!("{rule}pattern");
-                    prop_assert!(pattern.is_empty() && named, "{}", name);
-                }
-                Err(e) => prop_assert!(false, "{e}"),
-            }
-        }
     }
 
     proptest! {
@@ -1500,7 +1297,7 @@ mod tests {
         /// that its workgroup does not fit), with either method: no panic, no hang.
         #[test]
         fn any_parameters_within_bounds_predict(
-            fractions in proptest::collection::vec(0.0f64..=1.0, 57),
+            fractions in proptest::collection::vec(0.0f64..=1.0, BOUNDS.len()),
             full in any::<bool>(),
         ) {
             let mut tree = toml::Table::try_from(Params::mi355x()).unwrap();

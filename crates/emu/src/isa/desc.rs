@@ -250,6 +250,91 @@ pub struct Compare {
     pub writes_exec: bool,
 }
 
+/// What a timing model needs of an opcode beyond its encoding class ([`Opcode::timing`]):
+/// generated with the opcode tables (matrix passes from LLVM's gfx950 scheduling model), so a
+/// model never looks at a mnemonic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimingFacts {
+    /// Matrix instructions: passes of 4 clocks in LLVM's gfx950 scheduling model (with FP4 or
+    /// FP6 operands for the f8f6f4 opcodes); 0 for every other opcode.
+    pub passes: u8,
+    /// Matrix instructions: passes when A or B is FP8 or BF8 (the f8f6f4 opcodes take twice as
+    /// many; the others the same as `passes`).
+    pub fp8_passes: u8,
+    /// DS instructions: bytes one lane moves (both accesses of a `read2`/`write2`); 0 otherwise.
+    pub lane_bytes: u8,
+    /// The rate the VALU runs the opcode at.
+    pub rate: ValuRate,
+    /// Implicit reads and operand directions, by the `TimingFacts::*` bits below.
+    pub(crate) flags: u8,
+}
+
+impl TimingFacts {
+    /// An opcode with nothing to add to its encoding class.
+    pub const NONE: TimingFacts = TimingFacts {
+        passes: 0,
+        fp8_passes: 0,
+        lane_bytes: 0,
+        rate: ValuRate::Full,
+        flags: 0,
+    };
+    const READS_SCC: u8 = 1;
+    const READS_VCC: u8 = 2;
+    const READS_EXEC: u8 = 4;
+    const SDST_IS_SOURCE: u8 = 8;
+    const SDATA_IS_SOURCE: u8 = 16;
+    const DS_WRITE: u8 = 32;
+    const LOADS_TO_LDS: u8 = 64;
+
+    /// Reads SCC without naming it (`s_cselect`, `s_addc`, `s_cbranch_scc*`, ...).
+    pub const fn reads_scc(self) -> bool {
+        self.flags & Self::READS_SCC != 0
+    }
+
+    /// Reads VCC without naming it (`s_cbranch_vcc*`).
+    pub const fn reads_vcc(self) -> bool {
+        self.flags & Self::READS_VCC != 0
+    }
+
+    /// Reads EXEC without naming it (`s_cbranch_exec*`).
+    pub const fn reads_exec(self) -> bool {
+        self.flags & Self::READS_EXEC != 0
+    }
+
+    /// The `sdst` operand is a source (`s_cmpk_*` compare it with the immediate).
+    pub const fn sdst_is_source(self) -> bool {
+        self.flags & Self::SDST_IS_SOURCE != 0
+    }
+
+    /// The `sdata` operand is a source (scalar memory stores).
+    pub const fn sdata_is_source(self) -> bool {
+        self.flags & Self::SDATA_IS_SOURCE != 0
+    }
+
+    /// A DS write (`ds_write*`).
+    pub const fn ds_write(self) -> bool {
+        self.flags & Self::DS_WRITE != 0
+    }
+
+    /// A vector-memory load whose data goes to LDS by its opcode (`global_load_lds_*`; a MUBUF
+    /// load does so by its `lds` bit).
+    pub const fn loads_to_lds(self) -> bool {
+        self.flags & Self::LOADS_TO_LDS != 0
+    }
+}
+
+/// The rate the VALU runs an opcode at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValuRate {
+    /// Full rate.
+    Full,
+    /// A transcendental (`v_exp`, `v_log`, `v_rcp`, `v_rsq`, `v_sqrt`, `v_sin`, `v_cos`): LLVM
+    /// schedules them as quarter rate.
+    Transcendental,
+    /// A double-precision operation.
+    Double,
+}
+
 /// The type a vector compare reads its sources as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmpType {
@@ -553,6 +638,49 @@ pub(crate) const NONE: u16 = u16::MAX;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every matrix opcode of the tables has LLVM's pass count (a timing model never guesses
+    /// one), the f8f6f4 ones twice as many with FP8 operands, and the other facts say what the
+    /// names say.
+    #[test]
+    fn timing_facts_cover_every_matrix_opcode() {
+        let matrix = super::super::tables::DESCS.iter().filter(|d| {
+            matches!(d.encoding, Encoding::Mai | Encoding::MaiScaled)
+                && !matches!(
+                    d.opcode,
+                    Opcode::V_ACCVGPR_READ_B32 | Opcode::V_ACCVGPR_WRITE_B32
+                )
+        });
+        let mut n = 0;
+        for d in matrix {
+            let t = d.opcode.timing();
+            assert!((1..=16).contains(&t.passes), "{}", d.mnemonic);
+            let f8f6f4 = d.opcode.name().ends_with("_f8f6f4");
+            assert_eq!(t.fp8_passes, t.passes * if f8f6f4 { 2 } else { 1 });
+            n += 1;
+        }
+        assert!(n > 60, "{n} matrix encodings");
+        let t = Opcode::V_MFMA_SCALE_F32_16X16X128_F8F6F4.timing();
+        assert_eq!((t.passes, t.fp8_passes), (4, 8));
+        assert_eq!(Opcode::V_MFMA_F32_32X32X2_F32.timing().passes, 16);
+        assert_eq!(Opcode::V_ADD_F32.timing(), TimingFacts::NONE);
+        assert_eq!(Opcode::V_EXP_F32.timing().rate, ValuRate::Transcendental);
+        assert_eq!(Opcode::V_SQRT_F64.timing().rate, ValuRate::Transcendental);
+        assert_eq!(Opcode::V_ADD_F64.timing().rate, ValuRate::Double);
+        assert_eq!(Opcode::DS_READ_B128.timing().lane_bytes, 16);
+        assert_eq!(Opcode::DS_READ_B64_TR_B8.timing().lane_bytes, 8);
+        assert_eq!(Opcode::DS_READ_U8.timing().lane_bytes, 1);
+        let w = Opcode::DS_WRITE2_B64.timing();
+        assert!(w.ds_write() && w.lane_bytes == 16);
+        assert!(Opcode::S_CSELECT_B32.timing().reads_scc());
+        assert!(Opcode::S_CBRANCH_SCC1.timing().reads_scc());
+        assert!(Opcode::S_CBRANCH_VCCZ.timing().reads_vcc());
+        assert!(Opcode::S_CBRANCH_EXECZ.timing().reads_exec());
+        assert!(Opcode::S_CMPK_EQ_I32.timing().sdst_is_source());
+        assert!(Opcode::S_STORE_DWORD.timing().sdata_is_source());
+        assert!(!Opcode::S_LOAD_DWORD.timing().sdata_is_source());
+        assert!(Opcode::GLOBAL_LOAD_LDS_DWORDX4.timing().loads_to_lds());
+    }
 
     /// The generated facts cover exactly the `v_cmp*` opcodes and say what their names say.
     #[test]

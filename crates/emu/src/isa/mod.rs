@@ -37,7 +37,9 @@ mod special;
 mod tables;
 
 pub use decode::{DecodeError, decode, decode_all, decode_lenient};
-pub use desc::{CmpPred, CmpType, Compare, Encoding, ROLE_COUNT, Role, ValueType};
+pub use desc::{
+    CmpPred, CmpType, Compare, Encoding, ROLE_COUNT, Role, TimingFacts, ValuRate, ValueType,
+};
 pub use inst::{Dpp, DppCtrl, DstUnused, Inst, MemFlags, Mfma, Mods, Sdwa, SdwaSel};
 pub use operand::{ConstReg, InlineFloat, Operand, SpecialReg};
 pub use tables::Opcode;
