@@ -522,15 +522,15 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         println!("  wrote {} ({n} bytes)", o.path().display());
     }
     if a.stats {
-        let total = stats["wave_instructions"].as_u64().unwrap_or(0);
+        let total = stats.wave_instructions();
         let secs = report.wall.as_secs_f64();
         println!(
             "  {total} wave-instructions in {:.3} s ({:.1} M/s), {} MFMAs, {} workgroups, {} waves",
             secs,
             total as f64 / secs.max(1e-9) / 1e6,
-            stats["mfma"],
-            stats["workgroups"],
-            stats["waves"]
+            stats.mfma(),
+            stats.workgroups(),
+            stats.waves()
         );
         for (class, count) in stats.by_class() {
             if count > 0 {
