@@ -26,11 +26,12 @@ use std::sync::atomic::AtomicBool;
 use rayon::prelude::*;
 use serde::Serialize;
 use tilegen::kernels::KernelSpec;
+use tilegen::runtime::DeviceChoice;
 use tilegen_aiter::calibrate::TimingModel;
 use tilegen_aiter::{Corpus, F4GemmKernel, GemmProblem};
-use tilegen_timing::{Params, Prediction, TimingOptions, TraceOptions};
 use tilegen_output::Output;
-use tilegen_tune::db::{Db, Status};
+use tilegen_timing::{Params, Prediction, TimingOptions, TraceOptions};
+use tilegen_tune::db::{Db, DeviceName, Status};
 use tilegen_tune::eval::{By, ModelEvaluator, compile};
 use tilegen_tune::sweep::{self, Plan, Quiet, SweepOptions, Target};
 use tilegen_tune::template::{Shape, Template};
@@ -248,7 +249,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runners: Vec<Box<dyn Runner>> = (0..jobs)
         .map(|_| -> Box<dyn Runner> {
-            Box::new(InProcess(Evaluator::new(Box::new(|_: &str| {
+            Box::new(InProcess(Evaluator::new(Box::new(|_: DeviceChoice| {
                 Err("the comparison ranks by the model only".to_string())
             }))))
         })
@@ -262,7 +263,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
         target: Target {
             gfx: "gfx950".into(),
             cus,
-            device: "MI355X timing model".into(),
+            device: DeviceName::TimingModel,
         },
         shard: Default::default(),
         budget_per_shape: None,
@@ -356,7 +357,7 @@ fn ours(
         .iter()
         .filter(|r| {
             r.status == Status::Ok
-                && r.source == "model"
+                && r.source == By::Model
                 && r.gfx == target.gfx
                 && r.cus == target.cus
                 && r.shape() == *shape

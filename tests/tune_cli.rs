@@ -393,7 +393,7 @@ fn ranking_by_device_times_launches_on_the_emulator() {
     assert_eq!(s["evaluated"], 2, "{s}");
     for r in Db::open_existing(&db).unwrap().results().unwrap() {
         assert_eq!((r.source.as_str(), r.repeats), ("device", 3));
-        assert_eq!(r.device, "gfx950 emulator");
+        assert_eq!(r.device.as_str(), "gfx950 emulator");
         assert!(r.us.is_some_and(|t| t > 0.0) && r.spread >= 0.0);
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tilegen::kernels::KernelSpec;
 use tilegen_testkit::{Ending, Outcome, run_capped};
-use tilegen_tune::{Db, Plan, Row, Status, Template};
+use tilegen_tune::{By, Db, Detail, DeviceName, Plan, Row, Status, Template};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tilegen");
 /// Enough for a refusal or a report; far below what a runaway loop would take.
@@ -71,15 +71,15 @@ fn row(uid: &str, m: u32, us: f64) -> Row {
         us: Some(us),
         tflops: Some(flops / us / 1e6),
         gbs: Some(1.0),
-        source: "model".into(),
-        device: "MI355X timing model".into(),
+        source: By::Model,
+        device: DeviceName::TimingModel,
         repeats: 1,
         spread: 0.0,
         tilegen_version: "0.1.0".into(),
         llvm_version: "22.1.0".into(),
         compile_ms: Some(10.0),
         created: 1.0,
-        detail: "{}".into(),
+        detail: Detail::Empty {},
     }
 }
 

@@ -30,12 +30,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::ValueRef;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 use tilegen_kernels::SpecValues;
 use tilegen_output::{Output, OutputError};
 
+use crate::eval::{By, Detail};
 use crate::template::Shape;
 
 /// Why the database failed.
@@ -188,6 +189,182 @@ impl Status {
     }
 }
 
+/// A stored word this build does not know: the rule a `status` or `source` cell breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("= `{}` is {}", found.escape_debug(), one_of(expected))]
+pub struct UnknownWord {
+    /// The stored text.
+    pub found: String,
+    /// The words the column may hold.
+    pub expected: Vec<&'static str>,
+}
+
+/// `neither a nor b`, or `none of a, b, c`.
+fn one_of(words: &[&str]) -> String {
+    match words {
+        [a, b] => format!("neither {a} nor {b}"),
+        _ => format!("none of {}", words.join(", ")),
+    }
+}
+
+/// A column holding one of a fixed set of words; the words are the stored text, so a
+/// database reads the same whatever the Rust names become.
+trait Word: Copy + 'static {
+    /// Every value, in the order an error lists them.
+    const ALL: &'static [Self];
+    /// The stored word.
+    fn word(self) -> &'static str;
+}
+
+impl Word for Status {
+    const ALL: &'static [Status] = &[Status::Ok, Status::Failed];
+    fn word(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl Word for By {
+    const ALL: &'static [By] = &[By::Model, By::Device];
+    fn word(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// The value whose word `text` is.
+fn from_word<T: Word>(text: &str) -> Result<T, UnknownWord> {
+    T::ALL
+        .iter()
+        .copied()
+        .find(|v| v.word() == text)
+        .ok_or_else(|| UnknownWord {
+            found: text.to_string(),
+            expected: T::ALL.iter().map(|v| v.word()).collect(),
+        })
+}
+
+fn word_result<T: Word>(value: ValueRef<'_>) -> FromSqlResult<T> {
+    from_word(value.as_str()?).map_err(|e| FromSqlError::Other(Box::new(e)))
+}
+
+impl ToSql for Status {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.word()))
+    }
+}
+
+impl FromSql for Status {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        word_result(value)
+    }
+}
+
+impl ToSql for By {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.word()))
+    }
+}
+
+impl FromSql for By {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        word_result(value)
+    }
+}
+
+/// What a row's time was measured or modelled on (the `device` column).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeviceName {
+    /// The MI355X timing model.
+    TimingModel,
+    /// A device, by the name it reports (the emulator's, or an HSA agent's).
+    Named(String),
+}
+
+impl DeviceName {
+    /// The text the database, packs and reports hold.
+    pub fn as_str(&self) -> &str {
+        match self {
+            DeviceName::TimingModel => "MI355X timing model",
+            DeviceName::Named(n) => n,
+        }
+    }
+}
+
+impl From<&str> for DeviceName {
+    fn from(text: &str) -> Self {
+        if text == DeviceName::TimingModel.as_str() {
+            DeviceName::TimingModel
+        } else {
+            DeviceName::Named(text.to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for DeviceName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(DeviceName::from(String::deserialize(d)?.as_str()))
+    }
+}
+
+impl ToSql for DeviceName {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for DeviceName {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        Ok(DeviceName::from(value.as_str()?))
+    }
+}
+
+/// Why a `detail` cell is not a detail this build writes.
+#[derive(Debug, thiserror::Error)]
+#[error("holds JSON that is neither the timing model's detail, a device's, nor empty")]
+pub struct UnknownDetail(#[source] serde_json::Error);
+
+impl ToSql for Detail {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        let text = serde_json::to_string(self)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+        Ok(ToSqlOutput::from(text))
+    }
+}
+
+impl FromSql for Detail {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        serde_json::from_str(value.as_str()?)
+            .map_err(|e| FromSqlError::Other(Box::new(UnknownDetail(e))))
+    }
+}
+
+/// A row's detail as its JSON text, so a row serializes as it did when the column was text.
+mod detail_text {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::eval::Detail;
+
+    pub fn serialize<S: Serializer>(d: &Detail, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&serde_json::to_string(d).map_err(serde::ser::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Detail, D::Error> {
+        serde_json::from_str(&String::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
 /// One recorded evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
@@ -219,10 +396,10 @@ pub struct Row {
     pub tflops: Option<f64>,
     /// GB/s of the minimum traffic (A, B, scales, C) over the time.
     pub gbs: Option<f64>,
-    /// `model` or `device`.
-    pub source: String,
-    /// The device's name (or `MI355X timing model`).
-    pub device: String,
+    /// Model or device.
+    pub source: By,
+    /// The device's name (or the timing model).
+    pub device: DeviceName,
     /// Timed launches.
     pub repeats: u32,
     /// Relative spread of the repeats.
@@ -235,8 +412,9 @@ pub struct Row {
     pub compile_ms: Option<f64>,
     /// Seconds since the Unix epoch.
     pub created: f64,
-    /// Source-specific detail (JSON).
-    pub detail: String,
+    /// Source-specific detail (stored as JSON).
+    #[serde(with = "detail_text")]
+    pub detail: Detail,
 }
 
 impl Row {
@@ -407,8 +585,8 @@ pub struct WorkKey<'a> {
     pub gfx: &'a str,
     /// CUs.
     pub cus: u32,
-    /// `model` or `device`.
-    pub source: &'a str,
+    /// Model or device.
+    pub source: By,
     /// The spec's cache key.
     pub cache_key: &'a str,
 }
@@ -925,7 +1103,7 @@ impl Db {
     }
 
     /// Keys (M, N, K, cache key) already in `results` for this target and source.
-    pub fn done(&self, gfx: &str, cus: u32, source: &str) -> Result<HashSet<DoneKey>, DbError> {
+    pub fn done(&self, gfx: &str, cus: u32, source: By) -> Result<HashSet<DoneKey>, DbError> {
         let e = self.err();
         let mut st = self
             .conn
@@ -1262,7 +1440,7 @@ impl Db {
                 f(r.us),
                 f(r.tflops),
                 f(r.gbs),
-                q(&r.source),
+                r.source.as_str(),
                 r.repeats,
                 f(Some(r.spread)),
                 r.status.as_str(),
@@ -1565,6 +1743,16 @@ impl Cells<'_, '_> {
         self.opt_real(i, column)?
             .ok_or_else(|| self.bad(column, "is missing"))
     }
+
+    /// A text column read through its type's [`FromSql`], which names the rule a value this
+    /// build does not know breaks.
+    fn typed<T: FromSql>(&self, i: usize, column: &'static str) -> Result<T, DbError> {
+        let text = self.text(i, column)?;
+        T::column_result(ValueRef::Text(text.as_bytes())).map_err(|e| match e {
+            FromSqlError::Other(why) => self.bad(column, why.to_string()),
+            _ => self.bad(column, "cannot be read"),
+        })
+    }
 }
 
 /// Reads and checks one row of `SELECT {ROW_COLUMNS}, rowid`.
@@ -1582,16 +1770,7 @@ fn read_row(r: &rusqlite::Row<'_>, table: &'static str, path: &Path) -> Result<R
     let uid = c.text(0, "uid")?;
     c.id = uid.clone();
     let spec_text = c.text(8, "spec")?;
-    let status = match c.text(9, "status")?.as_str() {
-        "ok" => Status::Ok,
-        "failed" => Status::Failed,
-        other => {
-            return Err(c.bad(
-                "status",
-                format!("= `{}` is neither ok nor failed", other.escape_debug()),
-            ));
-        }
-    };
+    let status = c.typed(9, "status")?;
     let spec = serde_json::from_str(&spec_text).map_err(|source| DbError::Spec {
         path: path.to_path_buf(),
         id: uid.clone(),
@@ -1612,15 +1791,15 @@ fn read_row(r: &rusqlite::Row<'_>, table: &'static str, path: &Path) -> Result<R
         us: c.opt_real(11, "us")?,
         tflops: c.opt_real(12, "tflops")?,
         gbs: c.opt_real(13, "gbs")?,
-        source: c.text(14, "source")?,
-        device: c.text(15, "device")?,
+        source: c.typed(14, "source")?,
+        device: c.typed(15, "device")?,
         repeats: c.int(16, "repeats")?,
         spread: c.real(17, "spread")?,
         tilegen_version: c.text(18, "tilegen_version")?,
         llvm_version: c.text(19, "llvm_version")?,
         compile_ms: c.opt_real(20, "compile_ms")?,
         created: c.real(21, "created")?,
-        detail: c.text(22, "detail")?,
+        detail: c.typed(22, "detail")?,
     };
     row.check().map_err(|(column, rule)| c.bad(column, rule))?;
     Ok(row)
@@ -1645,8 +1824,9 @@ fn insert(
             repeats = excluded.repeats, spread = excluded.spread,
             tilegen_version = excluded.tilegen_version, llvm_version = excluded.llvm_version,
             compile_ms = excluded.compile_ms, created = excluded.created, detail = excluded.detail
-          WHERE (results.status != 'ok' AND excluded.status = 'ok')
-             OR (results.status = 'ok' AND excluded.status = 'ok' AND excluded.us < results.us)"
+          WHERE (results.status != '{ok}' AND excluded.status = '{ok}')
+             OR (results.status = '{ok}' AND excluded.status = '{ok}' AND excluded.us < results.us)",
+            ok = Status::Ok.word()
         )
     } else {
         " ON CONFLICT (uid) DO NOTHING".to_string()
@@ -1666,7 +1846,7 @@ fn insert(
         r.cache_key,
         r.kernel,
         spec,
-        r.status.as_str(),
+        r.status,
         r.reason,
         r.us,
         r.tflops,
@@ -1712,15 +1892,15 @@ mod tests {
             us,
             tflops: us.map(|t| 2.0 * f64::from(m) * 256.0 * 512.0 / t / 1e6),
             gbs: us.map(|_| 1.0),
-            source: "model".into(),
-            device: "MI355X timing model".into(),
+            source: By::Model,
+            device: DeviceName::TimingModel,
             repeats: 1,
             spread: 0.0,
             tilegen_version: "0.1.0".into(),
             llvm_version: "22.1.0".into(),
             compile_ms: Some(10.0),
             created: 1.0,
-            detail: "{}".into(),
+            detail: Detail::Empty {},
         }
     }
 
@@ -1869,6 +2049,78 @@ mod tests {
         assert_eq!(refused(Db::open(&fifo)), NotOurs::NotAFile);
     }
 
+    /// Rows as earlier builds wrote them (words and JSON text) read as typed values, and a
+    /// merge copies their text unchanged.
+    #[test]
+    fn stored_words_and_details_read_typed_and_merge_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, out) = (dir.path().join("a.db"), dir.path().join("out.db"));
+        Db::open(&a)
+            .unwrap()
+            .record(&[
+                row("model", 16, Some(2.0)),
+                row("device", 32, Some(3.0)),
+                row("failed", 64, None),
+            ])
+            .unwrap();
+        let model = r#"{"bound":"mfma","cycles":1234,"hbm_gbs":512.25,"method":"rounds","mfma_busy":null,"occupancy":{"lds_bytes":65536,"limiter":"lds","sgprs":32,"vgprs":256,"waves_per_simd":2,"waves_per_workgroup":4,"workgroups_per_cu":2},"rounds":3}"#;
+        let device = r#"{"device":"gfx950 emulator","times_us":[1.5,2.0,2.25]}"#;
+        let c = Connection::open(&a).unwrap();
+        for table in ["results", "history"] {
+            c.execute(
+                &format!("UPDATE {table} SET detail = ?1 WHERE m = 16"),
+                [model],
+            )
+            .unwrap();
+            c.execute(
+                &format!(
+                    "UPDATE {table} SET source = 'device', device = 'gfx950 emulator', detail = ?1 WHERE m = 32"
+                ),
+                [device],
+            )
+            .unwrap();
+        }
+        drop(c);
+        let rows = Db::open_read_only(&a).unwrap().results().unwrap();
+        let by_m = |m| rows.iter().find(|r| r.m == m).unwrap();
+        assert!(
+            matches!(&by_m(16).detail, Detail::Model(d) if d.mfma_busy.is_nan() && d.rounds == 3)
+        );
+        assert_eq!(
+            (by_m(32).source, &by_m(32).device),
+            (By::Device, &DeviceName::Named("gfx950 emulator".into()))
+        );
+        assert!(matches!(&by_m(32).detail, Detail::Device(d) if d.times_us.len() == 3));
+        assert_eq!(
+            (by_m(64).status, &by_m(64).device, &by_m(64).detail),
+            (Status::Failed, &DeviceName::TimingModel, &Detail::Empty {})
+        );
+        Db::open(&out)
+            .unwrap()
+            .merge(std::slice::from_ref(&a))
+            .unwrap();
+        let text = |p: &Path| -> Vec<[String; 5]> {
+            let c = Connection::open(p).unwrap();
+            let mut st = c
+                .prepare("SELECT uid, status, source, device, detail FROM results ORDER BY m")
+                .unwrap();
+            st.query_map([], |r| {
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+        };
+        let stored = text(&a);
+        assert_eq!(text(&out), stored);
+        assert_eq!(stored[0][4], model);
+        assert_eq!(stored[1][2..], ["device", "gfx950 emulator", device]);
+        assert_eq!(
+            stored[2][1..],
+            ["failed", "model", "MI355X timing model", "{}"]
+        );
+    }
+
     /// A database from before the application id: read as it is, given the id (and the
     /// claims table) by the first write open, its rows intact.
     #[test]
@@ -1885,7 +2137,7 @@ mod tests {
                 WorkKey {
                     gfx: "gfx950",
                     cus: 256,
-                    source: "model",
+                    source: By::Model,
                     cache_key: "x"
                 },
                 &[]
@@ -2017,6 +2269,12 @@ mod tests {
             // Text columns convert numbers to text; a blob stays a blob.
             ("reason", "UPDATE results SET reason = x'00ff'"),
             ("status", "UPDATE results SET status = 'great'"),
+            ("status", "UPDATE results SET status = 'OK'"),
+            ("source", "UPDATE results SET source = 'guess'"),
+            ("source", "UPDATE results SET source = 1"),
+            ("device", "UPDATE results SET device = x'00'"),
+            ("detail", "UPDATE results SET detail = '{\"x\": 1}'"),
+            ("detail", "UPDATE results SET detail = 'not json'"),
             ("gfx", "UPDATE results SET gfx = x'ff00'"),
         ] {
             let dir = tempfile::tempdir().unwrap();
@@ -2043,7 +2301,7 @@ mod tests {
         WorkKey {
             gfx: "gfx950",
             cus: 256,
-            source: "model",
+            source: By::Model,
             cache_key: key,
         }
     }

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use tilegen_codeobj::CodeObject;
 use tilegen_dsl::CompileOptions;
 use tilegen_emu::exec::{DeviceMemory, Program};
-use tilegen_timing::{self as timing, Params, TimingLaunch, TimingOptions};
 use tilegen_kernels::{BuildError, CompiledKernel, GemmBuffers, KernelSpec};
 use tilegen_runtime::{ArgValue, Device, DevicePtr, RuntimeError};
+use tilegen_timing::{self as timing, Params, TimingLaunch, TimingOptions};
 
 use crate::template::Shape;
 
@@ -30,6 +30,12 @@ impl By {
             By::Model => "model",
             By::Device => "device",
         }
+    }
+}
+
+impl std::fmt::Display for By {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -78,7 +84,122 @@ pub struct Measurement {
     /// Relative spread of the repeats: (max - min) / median (0 for the model).
     pub spread: f64,
     /// Source-specific detail: the model's bound, MFMA busy fraction, HBM GB/s, method.
-    pub detail: serde_json::Value,
+    pub detail: Detail,
+}
+
+/// What an evaluation records beside its time: a row's `detail` column, as a JSON object.
+/// The shape tells the variant apart (no tag), as the stored text always did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum Detail {
+    /// The timing model's prediction.
+    Model(ModelDetail),
+    /// Timed launches on a device.
+    Device(DeviceDetail),
+    /// Nothing: a failed evaluation (`{}`).
+    Empty {},
+}
+
+// The fields of the detail objects are declared in the order of their names: the stored
+// text was written from a JSON map, which sorts its keys, and stays byte for byte the same.
+
+/// The timing model's summary of one prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelDetail {
+    /// What bounds the kernel.
+    #[serde(with = "BoundDef")]
+    pub bound: timing::Bound,
+    /// Kernel cycles (all rounds).
+    pub cycles: u64,
+    /// Achieved HBM bandwidth, GB/s.
+    #[serde(deserialize_with = "nan_for_null")]
+    pub hbm_gbs: f64,
+    /// How the time was computed.
+    #[serde(with = "MethodDef")]
+    pub method: timing::Method,
+    /// Fraction of SIMD time the matrix cores are busy, GPU-wide.
+    #[serde(deserialize_with = "nan_for_null")]
+    pub mfma_busy: f64,
+    /// Occupancy.
+    #[serde(with = "OccupancyDef")]
+    pub occupancy: timing::Occupancy,
+    /// Rounds of resident workgroups on the busiest XCD.
+    pub rounds: u64,
+}
+
+impl From<&timing::Prediction> for ModelDetail {
+    fn from(p: &timing::Prediction) -> Self {
+        ModelDetail {
+            bound: p.bound,
+            cycles: p.cycles,
+            hbm_gbs: p.hbm_gbs,
+            method: p.method,
+            mfma_busy: p.mfma_busy,
+            occupancy: p.occupancy.clone(),
+            rounds: p.rounds,
+        }
+    }
+}
+
+/// Timed launches on a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceDetail {
+    /// The device's name.
+    pub device: String,
+    /// Every timed launch, µs, shortest first.
+    pub times_us: Vec<f64>,
+}
+
+/// JSON writes a number that is not finite as `null`; it reads back as NaN.
+fn nan_for_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+// Readers for the timing model's report types, which only serialize. Each mirrors its type
+// field for field and variant for variant, and serde checks that at compile time.
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "timing::Bound", rename_all = "snake_case")]
+enum BoundDef {
+    Mfma,
+    Lds,
+    MemoryBandwidth,
+    MemoryLatency,
+    Issue,
+    Launch,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "timing::Method", rename_all = "snake_case")]
+enum MethodDef {
+    Rounds,
+    Full,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "timing::Limiter", rename_all = "snake_case")]
+enum LimiterDef {
+    Waves,
+    Vgprs,
+    Sgprs,
+    Lds,
+    Barriers,
+    Workgroups,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "timing::Occupancy", deny_unknown_fields)]
+struct OccupancyDef {
+    lds_bytes: u32,
+    #[serde(with = "LimiterDef")]
+    limiter: timing::Limiter,
+    sgprs: u32,
+    vgprs: u32,
+    waves_per_simd: u32,
+    waves_per_workgroup: u32,
+    workgroups_per_cu: u32,
 }
 
 /// Compiles `spec` for a sweep: code object only (no listing, no IR).
@@ -127,15 +248,7 @@ impl ModelEvaluator {
             us: p.us,
             repeats: 1,
             spread: 0.0,
-            detail: serde_json::json!({
-                "bound": p.bound,
-                "mfma_busy": p.mfma_busy,
-                "hbm_gbs": p.hbm_gbs,
-                "cycles": p.cycles,
-                "rounds": p.rounds,
-                "occupancy": p.occupancy,
-                "method": p.method,
-            }),
+            detail: Detail::Model(ModelDetail::from(&p)),
         })
     }
 
@@ -252,7 +365,76 @@ impl DeviceEvaluator {
             us: median,
             repeats: times.len() as u32,
             spread,
-            detail: serde_json::json!({ "device": dev.name(), "times_us": times }),
+            detail: Detail::Device(DeviceDetail {
+                device: dev.name(),
+                times_us: times,
+            }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The detail a row stores is the text the untyped JSON map wrote: the same keys in the
+    /// same order, the same numbers, `null` for a number that is not finite.
+    #[test]
+    fn details_are_stored_as_the_json_maps_wrote_them() {
+        let model = ModelEvaluator {
+            options: TimingOptions {
+                max_cus: Some(2),
+                ..TimingOptions::default()
+            },
+            ..ModelEvaluator::default()
+        };
+        let kernel = compile(&KernelSpec::preb()).unwrap();
+        let shape = Shape {
+            m: 16,
+            n: 256,
+            k: 512,
+        };
+        let mut p = model.predict(&kernel, &shape).unwrap();
+        for hbm_gbs in [p.hbm_gbs, f64::NAN] {
+            p.hbm_gbs = hbm_gbs;
+            let untyped = serde_json::json!({
+                "bound": p.bound,
+                "mfma_busy": p.mfma_busy,
+                "hbm_gbs": p.hbm_gbs,
+                "cycles": p.cycles,
+                "rounds": p.rounds,
+                "occupancy": p.occupancy,
+                "method": p.method,
+            });
+            let detail = Detail::Model(ModelDetail::from(&p));
+            let text = serde_json::to_string(&detail).unwrap();
+            assert_eq!(text, untyped.to_string());
+            let back: Detail = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        }
+
+        let times = vec![1.5, 2.0, 1e-7];
+        let untyped = serde_json::json!({ "device": "gfx950 emulator", "times_us": times });
+        let detail = Detail::Device(DeviceDetail {
+            device: "gfx950 emulator".into(),
+            times_us: times,
+        });
+        let text = serde_json::to_string(&detail).unwrap();
+        assert_eq!(text, untyped.to_string());
+        assert_eq!(serde_json::from_str::<Detail>(&text).unwrap(), detail);
+
+        assert_eq!(serde_json::to_string(&Detail::Empty {}).unwrap(), "{}");
+        assert_eq!(
+            serde_json::from_str::<Detail>("{}").unwrap(),
+            Detail::Empty {}
+        );
+        for other in [
+            r#"{"x":1}"#,
+            r#"{"device":"d","times_us":[1.0],"x":1}"#,
+            "[]",
+            "3",
+        ] {
+            assert!(serde_json::from_str::<Detail>(other).is_err(), "{other}");
+        }
     }
 }

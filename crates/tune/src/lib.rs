@@ -28,8 +28,8 @@ pub mod worker;
 
 pub use pack::{Pack, PackError, PackKernel};
 
-pub use db::{Db, DbError, Row, Status};
-pub use eval::By;
+pub use db::{Db, DbError, DeviceName, Row, Status};
+pub use eval::{By, Detail};
 
 pub use sweep::{Plan, Shard, Summary, SweepOptions, Target, llvm_version, tilegen_version};
 pub use template::{Shape, Space, Template, TemplateError};

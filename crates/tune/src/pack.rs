@@ -27,7 +27,8 @@ use sha2::{Digest, Sha256};
 use tilegen_kernels::{BuildError, CompiledKernel, KernelSpec, SpecValues};
 use tilegen_output::{Output, OutputError};
 
-use crate::db::{Db, DbError, Row, Status};
+use crate::db::{Db, DbError, DeviceName, Row, Status};
+use crate::eval::By;
 use crate::space::default_spec;
 use crate::sweep::{llvm_version, tilegen_version};
 use crate::template::{Shape, Template};
@@ -169,10 +170,10 @@ pub enum PackError {
 pub struct TunedFrom {
     /// History id of the database row.
     pub uid: String,
-    /// `model` or `device`.
-    pub source: String,
+    /// Model or device.
+    pub source: By,
     /// The device (or the timing model).
-    pub device: String,
+    pub device: DeviceName,
     /// CUs.
     pub cus: u32,
     /// µs.
@@ -400,9 +401,9 @@ pub fn choose(template: &Template, db: &Db) -> Result<HashMap<Shape, Row>, DbErr
         if !shapes.contains(&shape) {
             continue;
         }
-        let rank = |r: &Row| (r.source != "device", r.us.unwrap_or(f64::INFINITY));
+        let rank = |r: &Row| (r.source != By::Device, r.us.unwrap_or(f64::INFINITY));
         match best.get(&shape) {
-            Some(b) if rank(b) <= (r.source != "device", us) => {}
+            Some(b) if rank(b) <= (r.source != By::Device, us) => {}
             _ => {
                 best.insert(shape, r);
             }
@@ -776,7 +777,7 @@ pub fn build(
                     tuned: true,
                     result: Some(TunedFrom {
                         uid: r.uid.clone(),
-                        source: r.source.clone(),
+                        source: r.source,
                         device: r.device.clone(),
                         cus: r.cus,
                         us: r.us.unwrap_or(0.0),

@@ -12,6 +12,7 @@ use serde::Serialize;
 use tilegen_kernels::KernelSpec;
 
 use crate::db::{Row, Status};
+use crate::eval::By;
 use crate::template::Shape;
 
 /// Why a chart could not be drawn.
@@ -24,8 +25,8 @@ pub struct ChartError(String);
 pub struct ShapeReport {
     /// The shape.
     pub shape: Shape,
-    /// `model` or `device`.
-    pub source: String,
+    /// Model or device.
+    pub source: By,
     /// The fastest configuration.
     pub best: Row,
     /// The second fastest.
@@ -40,19 +41,24 @@ pub struct ShapeReport {
 
 /// Groups `rows` (a database's `results`) by shape and source, best first. With `source`, only
 /// that source's rows count.
-pub fn per_shape(rows: &[Row], source: Option<&str>) -> Vec<ShapeReport> {
-    let mut groups: BTreeMap<(String, u32, u32, Shape), Vec<&Row>> = BTreeMap::new();
+pub fn per_shape(rows: &[Row], source: Option<By>) -> Vec<ShapeReport> {
+    // Grouped by the stored word, so the report's order stays that of the text (device
+    // before model).
+    let mut groups: BTreeMap<(&str, u32, u32, Shape), Vec<&Row>> = BTreeMap::new();
     for r in rows {
         if source.is_some_and(|s| s != r.source) {
             continue;
         }
         groups
-            .entry((r.source.clone(), r.n, r.k, r.shape()))
+            .entry((r.source.as_str(), r.n, r.k, r.shape()))
             .or_default()
             .push(r);
     }
     let mut out = Vec::new();
-    for ((source, _, _, shape), rows) in groups {
+    for ((_, _, _, shape), rows) in groups {
+        let Some(source) = rows.first().map(|r| r.source) else {
+            continue;
+        };
         let failed = rows.iter().filter(|r| r.status == Status::Failed).count() as u64;
         let mut ok: Vec<&Row> = rows
             .into_iter()
@@ -146,7 +152,7 @@ pub fn markdown(reports: &[ShapeReport]) -> String {
             r.shape.m,
             r.shape.n,
             r.shape.k,
-            cell(&r.source),
+            r.source.as_str(),
             cell(&r.best.kernel),
             r.best.us.map_or("-".to_string(), |t| num(t, 2)),
             f(r.best.tflops),
@@ -320,7 +326,7 @@ mod tests {
             us,
             tflops,
             gbs: None,
-            source: "model".into(),
+            source: By::Model,
             device: "test".into(),
             repeats: 1,
             spread: 0.0,
@@ -328,7 +334,7 @@ mod tests {
             llvm_version: "0".into(),
             compile_ms: None,
             created: 0.0,
-            detail: "{}".into(),
+            detail: crate::eval::Detail::Empty {},
         }
     }
 

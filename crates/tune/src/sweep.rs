@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tilegen_kernels::KernelSpec;
 
-use crate::db::{CLAIM_LEASE, Claimant, Db, DbError, Row, Status, WorkKey};
-use crate::eval::By;
+use crate::db::{CLAIM_LEASE, Claimant, Db, DbError, DeviceName, Row, Status, WorkKey};
+use crate::eval::{By, Detail};
 use crate::space::{EnumStats, default_spec, enumerate, worth};
 use crate::template::{Shape, Space, Template};
 use crate::worker::{EvalSettings, Job, Lost, Outcome, Reply, Runner};
@@ -142,8 +142,8 @@ pub struct Target {
     pub gfx: String,
     /// CUs.
     pub cus: u32,
-    /// The device's name.
-    pub device: String,
+    /// The device's name (or the timing model).
+    pub device: DeviceName,
 }
 
 /// Settings of a sweep.
@@ -326,17 +326,10 @@ fn rows_of(r: &JobResult, opts: &SweepOptions, out: tilegen_kernels::OutDtype) -
                 (None, None, Some(Lost(reason))) => Outcome::Failed(reason.clone()),
                 (None, None, None) => Outcome::Failed("the worker gave no result".into()),
             };
-            let failed = |reason| (Status::Failed, Some(reason), None, 0, 0.0, "{}".into());
+            let failed = |reason| (Status::Failed, Some(reason), None, 0, 0.0, Detail::Empty {});
             let (status, reason, times, repeats, spread, detail) = match outcome {
                 Outcome::Ok(m) => match rates(&m, shape, out) {
-                    Ok(t) => (
-                        Status::Ok,
-                        None,
-                        Some(t),
-                        m.repeats,
-                        m.spread,
-                        m.detail.to_string(),
-                    ),
+                    Ok(t) => (Status::Ok, None, Some(t), m.repeats, m.spread, m.detail),
                     Err(reason) => failed(reason),
                 },
                 Outcome::Failed(reason) => failed(reason),
@@ -356,7 +349,7 @@ fn rows_of(r: &JobResult, opts: &SweepOptions, out: tilegen_kernels::OutDtype) -
                 us: times.map(|t| t.0),
                 tflops: times.map(|t| t.1),
                 gbs: times.map(|t| t.2),
-                source: opts.eval.by.as_str().into(),
+                source: opts.eval.by,
                 device: opts.target.device.clone(),
                 repeats,
                 spread,
@@ -414,8 +407,7 @@ pub fn run(
     observer: &dyn Observer,
 ) -> Result<Summary, SweepError> {
     let t0 = Instant::now();
-    let source = opts.eval.by.as_str();
-    let done = db.done(&opts.target.gfx, opts.target.cus, source)?;
+    let done = db.done(&opts.target.gfx, opts.target.cus, opts.eval.by)?;
     let mut queue = VecDeque::new();
     let mut pairs = 0;
     for (spec, shapes) in plan.shard_work(opts.shard) {
@@ -511,7 +503,7 @@ pub fn run(
                     let work = WorkKey {
                         gfx: &opts.target.gfx,
                         cus: opts.target.cus,
-                        source: opts.eval.by.as_str(),
+                        source: opts.eval.by,
                         cache_key: &key,
                     };
                     let claimed = match lock(db).claim(who, work, &shapes) {
@@ -644,8 +636,7 @@ pub fn best_of(db: &Db, plan: &Plan, opts: &SweepOptions) -> Result<Vec<Best>, D
     let dk = default_spec(&plan.space).cache_key();
     let mut by_shape: BTreeMap<Shape, (Option<Row>, Option<f64>)> = BTreeMap::new();
     for r in db.results()? {
-        if r.gfx != opts.target.gfx || r.cus != opts.target.cus || r.source != opts.eval.by.as_str()
-        {
+        if r.gfx != opts.target.gfx || r.cus != opts.target.cus || r.source != opts.eval.by {
             continue;
         }
         let Some(us) = r.us else { continue };

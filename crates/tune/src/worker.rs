@@ -14,9 +14,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tilegen_timing::{Params, TimingOptions};
 use tilegen_kernels::{KernelSpec, SpecValues};
-use tilegen_runtime::{Device, EmuDevice};
+use tilegen_runtime::{Device, DeviceChoice, EmuDevice};
+use tilegen_timing::{Params, TimingOptions};
 
 use crate::eval::{self, By, DeviceEvaluator, Measurement, ModelEvaluator};
 use crate::template::Shape;
@@ -26,8 +26,9 @@ use crate::template::Shape;
 pub struct EvalSettings {
     /// Model or device.
     pub by: By,
-    /// The device (`emu`, or what the device factory accepts) for `By::Device`.
-    pub device: String,
+    /// The device of `By::Device` (the emulator, or what the device factory accepts).
+    #[serde(with = "device_choice")]
+    pub device: DeviceChoice,
     /// Untimed launches before the timed ones (device).
     pub warmup: u32,
     /// Timed launches (device).
@@ -42,12 +43,27 @@ impl Default for EvalSettings {
     fn default() -> Self {
         EvalSettings {
             by: By::Model,
-            device: "emu".into(),
+            device: DeviceChoice::Emu,
             warmup: 2,
             repeats: 10,
             max_cus: None,
             params_toml: None,
         }
+    }
+}
+
+/// A device choice as a job line holds it: its word (`emu`, `hsa:1`), as `--device` takes it.
+mod device_choice {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tilegen_runtime::DeviceChoice;
+
+    pub fn serialize<S: Serializer>(c: &DeviceChoice, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(c)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DeviceChoice, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
     }
 }
 
@@ -120,13 +136,13 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// Makes the device of `By::Device` jobs from its name.
-pub type DeviceFactory = dyn Fn(&str) -> Result<Box<dyn Device>, String> + Send + Sync;
+/// Makes the device of `By::Device` jobs.
+pub type DeviceFactory = dyn Fn(DeviceChoice) -> Result<Box<dyn Device>, String> + Send + Sync;
 
-/// The default device factory: `emu` is the emulator; other names are refused.
-pub fn default_devices(name: &str) -> Result<Box<dyn Device>, String> {
-    match name {
-        "emu" => Ok(Box::new(EmuDevice::new())),
+/// The default device factory: the emulator; other choices are refused.
+pub fn default_devices(choice: DeviceChoice) -> Result<Box<dyn Device>, String> {
+    match choice {
+        DeviceChoice::Emu => Ok(Box::new(EmuDevice::new())),
         other => Err(format!(
             "device `{other}` is not available in this build (known: emu)"
         )),
@@ -226,7 +242,7 @@ impl Evaluator {
             }
             By::Device => {
                 if self.device.as_ref().is_none_or(|(s, _)| s != settings) {
-                    let device = (self.devices)(&settings.device)?;
+                    let device = (self.devices)(settings.device)?;
                     self.device = Some((
                         settings.clone(),
                         DeviceEvaluator {

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use tilegen_kernels::KernelSpec;
-use tilegen_tune::db::{Db, Row, Status};
+use tilegen_tune::db::{Db, DeviceName, Row, Status};
 use tilegen_tune::sweep::unique_id;
+use tilegen_tune::{By, Detail};
 
 fn row(m: u32, spec: &KernelSpec, us: Option<f64>) -> Row {
     Row {
@@ -27,15 +28,15 @@ fn row(m: u32, spec: &KernelSpec, us: Option<f64>) -> Row {
         us,
         tflops: us.map(|t| 2.0 * f64::from(m) * 256.0 * 512.0 / t / 1e6),
         gbs: us.map(|_| 1.0),
-        source: "model".into(),
-        device: "MI355X timing model".into(),
+        source: By::Model,
+        device: DeviceName::TimingModel,
         repeats: 1,
         spread: 0.0,
         tilegen_version: "0.1.0".into(),
         llvm_version: "22.1.0".into(),
         compile_ms: Some(10.0),
         created: 1.0,
-        detail: "{}".into(),
+        detail: Detail::Empty {},
     }
 }
 
@@ -55,10 +56,10 @@ fn records_resume_keys_and_better_rows_win() {
     let b = KernelSpec::preb().b_prefetch(true);
     db.record(&[row(16, &a, Some(5.0)), row(16, &b, None)])
         .unwrap();
-    let done = db.done("gfx950", 256, "model").unwrap();
+    let done = db.done("gfx950", 256, By::Model).unwrap();
     assert!(done.contains(&(16, 256, 512, a.cache_key())));
     assert!(done.contains(&(16, 256, 512, b.cache_key())));
-    assert!(db.done("gfx950", 256, "device").unwrap().is_empty());
+    assert!(db.done("gfx950", 256, By::Device).unwrap().is_empty());
     // A measurement replaces a failure; a slower one does not replace a faster one.
     db.record(&[row(16, &b, Some(4.0)), row(16, &a, Some(9.0))])
         .unwrap();

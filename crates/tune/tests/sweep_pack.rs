@@ -11,7 +11,7 @@ use tilegen_runtime::EmuDevice;
 use tilegen_tune::pack::{self, BuildOptions, MANIFEST, Manifest, Pack, PackError};
 use tilegen_tune::sweep::{self, Quiet};
 use tilegen_tune::worker::{EvalSettings, Evaluator, InProcess, Runner, default_devices};
-use tilegen_tune::{Db, Plan, Shard, SweepOptions, Target, Template};
+use tilegen_tune::{Db, DeviceName, Plan, Shard, SweepOptions, Target, Template};
 
 const TINY: &str = r#"
 [model]
@@ -47,7 +47,7 @@ fn options(shard: Shard) -> SweepOptions {
         target: Target {
             gfx: "gfx950".into(),
             cus: 256,
-            device: "MI355X timing model".into(),
+            device: DeviceName::TimingModel,
         },
         shard,
         budget_per_shape: None,

@@ -7,13 +7,16 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use tilegen::runtime::DeviceChoice;
 use tilegen_output::{Output, OutputError};
 use tilegen_tune::slurm::Submitted;
 use tilegen_tune::sweep::{self, Observer};
 use tilegen_tune::worker::{
     ChildRunner, EvalSettings, Evaluator, InProcess, Runner, WorkerCommand,
 };
-use tilegen_tune::{By, Db, Plan, Shape, Shard, SweepOptions, Target, Template, report, slurm};
+use tilegen_tune::{
+    By, Db, DeviceName, Plan, Shape, Shard, SweepOptions, Target, Template, report, slurm,
+};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -191,11 +194,9 @@ pub fn run(args: TuneArgs) -> Result<()> {
 }
 
 /// The devices `--by device` can use.
-pub fn devices(name: &str) -> std::result::Result<Box<dyn tilegen::runtime::Device>, String> {
-    use tilegen::runtime::select::DeviceChoice;
-    let choice: DeviceChoice = name
-        .parse()
-        .map_err(|e: tilegen::runtime::select::BadDeviceChoice| e.to_string())?;
+pub fn devices(
+    choice: DeviceChoice,
+) -> std::result::Result<Box<dyn tilegen::runtime::Device>, String> {
     let chosen = tilegen::runtime::choose(
         choice,
         tilegen::runtime::EmuConfig::default(),
@@ -301,9 +302,14 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         ),
         None => None,
     };
+    let device = match by {
+        By::Device => a.device.parse::<DeviceChoice>()?,
+        // The model runs no device: --device is not read.
+        By::Model => DeviceChoice::default(),
+    };
     let eval = EvalSettings {
         by,
-        device: a.device.clone(),
+        device,
         warmup: a.warmup,
         repeats: a.repeats,
         max_cus: a.max_cus,
@@ -320,15 +326,15 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
             Target {
                 gfx: "gfx950".into(),
                 cus: (params.gpu.xcds.count() * params.gpu.cus_per_xcd.count()) as u32,
-                device: "MI355X timing model".into(),
+                device: DeviceName::TimingModel,
             }
         }
         By::Device => {
-            let dev = devices(&a.device).map_err(anyhow::Error::msg)?;
+            let dev = devices(device).map_err(anyhow::Error::msg)?;
             Target {
                 gfx: "gfx950".into(),
                 cus: a.cus,
-                device: dev.name(),
+                device: DeviceName::Named(dev.name()),
             }
         }
     };
@@ -448,8 +454,8 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
     let db = Db::open_read_only(&a.db)?;
     let rows = db.results()?;
     let source = a.source.map(|s| match s {
-        ByArg::Model => "model",
-        ByArg::Device => "device",
+        ByArg::Model => By::Model,
+        ByArg::Device => By::Device,
     });
     let reports = report::per_shape(&rows, source);
     if reports.is_empty() {
