@@ -128,8 +128,9 @@ pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, spec: &KernelSpec) -> Result<Vec<Lds<'c
     spec.lds_buffers()
         .iter()
         .map(|b| {
-            let bytes = u32::try_from(b.bytes).map_err(|_| {
-                DslError::Internal(format!("LDS buffer {} of {} bytes", b.name, b.bytes))
+            let bytes = u32::try_from(b.bytes).map_err(|_| DslError::LdsSize {
+                name: b.name.to_string(),
+                bytes: b.bytes,
             })?;
             k.lds_alloc(b.name, bytes, LdsBuffer::ALIGN as u32)
         })

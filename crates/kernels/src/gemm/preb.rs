@@ -585,9 +585,9 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 let n = b.left().div_ceil(rows_left);
                 b.issue(self, n)?;
             }
-            let a = ahead.pop_front().ok_or_else(|| {
-                tilegen_dsl::DslError::Internal("an A fragment read ahead is missing".into())
-            })?;
+            let a = ahead
+                .pop_front()
+                .ok_or_else(|| tilegen_dsl::DslError::Missing("an A fragment read ahead".into()))?;
             let a_sel = a_sf.select(&a_dwords, i, kk)?;
             for j in 0..self.nn {
                 let b = k.get(&regs.frags[kk * self.nn + j])?;
