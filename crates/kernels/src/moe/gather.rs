@@ -83,7 +83,11 @@ pub(crate) fn token_of<'k, 'ctx>(
     let shape: Coord<Int<'k, 'ctx>> = Coord::from((topk.idx(), Idx::Static(1)));
     match shape.idx2crd(&pair.idx()).leaves().as_slice() {
         [_, t] => Ok((*t).to_value(&pair)),
-        _ => Err(DslError::Internal("a pair coordinate has two modes".into())),
+        l => Err(DslError::Modes {
+            what: "a pair's (topk, token) coordinate",
+            expected: 2,
+            found: l.len(),
+        }),
     }
 }
 
@@ -336,7 +340,11 @@ fn row_col<'k, 'ctx>(
 ) -> Result<(Idx<Int<'k, 'ctx>>, Idx<Int<'k, 'ctx>>)> {
     match local.idx2crd(at)?.leaves().as_slice() {
         [r, c] => Ok(((*r).clone(), (*c).clone())),
-        _ => Err(DslError::Internal("a tile coordinate has two modes".into())),
+        l => Err(DslError::Modes {
+            what: "a tile's (row, column) coordinate",
+            expected: 2,
+            found: l.len(),
+        }),
     }
 }
 
@@ -372,7 +380,7 @@ impl<'k, 'ctx> ScaleFragments<'k, 'ctx> for GatheredFrags<'k, 'ctx> {
     fn select(&self, dwords: &[Int<'k, 'ctx>], i: usize, kk: usize) -> Result<ScaleSel<'k, 'ctx>> {
         let dword = *dwords
             .get(i * self.steps + kk)
-            .ok_or_else(|| DslError::Internal(format!("no scale for tile {i} step {kk}")))?;
+            .ok_or_else(|| DslError::Missing(format!("the scale of tile {i} step {kk}")))?;
         Ok(ScaleSel { dword, byte: 0 })
     }
 }

@@ -154,7 +154,11 @@ fn group_stride<'k, 'ctx>(
 ) -> Result<Int<'k, 'ctx>> {
     match grouped.mode(0)?.stride() {
         Coord::Leaf(d) => Ok(d.to_value(&k.i32(0))),
-        _ => Err(DslError::Internal("a group mode is a leaf".into())),
+        s => Err(DslError::Modes {
+            what: "the stride of a grouped layout's group mode",
+            expected: 1,
+            found: s.leaves().len(),
+        }),
     }
 }
 
@@ -268,7 +272,7 @@ fn accum_bias<'k, 'ctx>(
         }
         per_j.push(
             vals.into_iter()
-                .map(|v| v.ok_or_else(|| DslError::Internal("a value without a bias".into())))
+                .map(|v| v.ok_or_else(|| DslError::Missing("a value's bias".into())))
                 .collect::<Result<_>>()?,
         );
     }
@@ -355,8 +359,10 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         let tile = self.spec.tile(Stage::GateUp);
         let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
         let half = bn / 2;
-        let bytes = u32::try_from(bm * half * 4)
-            .map_err(|_| DslError::Internal("activation tile size".into()))?;
+        let bytes = u32::try_from(bm * half * 4).map_err(|_| DslError::LdsSize {
+            name: "moe_act".into(),
+            bytes: (bm * half * 4) as u64,
+        })?;
         let lds = k.lds_alloc("moe_act", bytes, 16)?;
         // Gate/up column n of the tile is (n % 2, n / 2): which of the pair, and the output.
         // The activations are f32, row-major `[BM, BN / 2]`; the parity is an index view.
@@ -395,9 +401,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                     }
                     let (_, _, fixed, rest) = act.offset_parts(&c)?;
                     if !static_zero(&rest) {
-                        return Err(DslError::Internal(
-                            "an activation's place is not static per value".into(),
-                        ));
+                        return Err(DslError::NotStatic("an activation's place per value"));
                     }
                     which.push((pf, fixed, v));
                 }
@@ -409,9 +413,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                         .iter()
                         .find(|&&(qf, qfixed, _)| qf == 1 && qfixed == fixed)
                         .map(|&(_, _, u)| u)
-                        .ok_or_else(|| {
-                            DslError::Internal(format!("value {v} has no up partner"))
-                        })?;
+                        .ok_or_else(|| DslError::Missing(format!("the up partner of value {v}")))?;
                     let a = activation(
                         k,
                         self.spec.activation_kind(),
@@ -483,7 +485,13 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                 let crd = item.idx2crd(&q.idx())?;
                 let (blk, row) = match crd.leaves().as_slice() {
                     [b, r] => ((*b).clone(), (*r).clone()),
-                    _ => return Err(DslError::Internal("an item has two modes".into())),
+                    l => {
+                        return Err(DslError::Modes {
+                            what: "an item's (block, row) coordinate",
+                            expected: 2,
+                            found: l.len(),
+                        });
+                    }
                 };
                 let block = words
                     .tile(&[32, 1], &[blk.clone(), row.clone()])?
@@ -560,7 +568,7 @@ fn quantize_block<'k, 'ctx>(
         .iter()
         .map(abs)
         .reduce(|a, b| b.select(a.lt(&b), &a))
-        .ok_or_else(|| DslError::Internal("an empty block".into()))?;
+        .ok_or_else(|| DslError::Missing("a block's values".into()))?;
     let inf = c(0x7f80_0000);
     let exp = amax.shr(&c(23));
     let code = exp - 2;
@@ -749,7 +757,7 @@ fn uniform_part<'k, 'ctx>(
             let (_, _, fixed, rest) =
                 row_of.offset_parts(&Coord::from((v as i64, i as i64, j as i64)))?;
             if rest.static_value() != Some(0) {
-                return Err(DslError::Internal("a value's row is not static".into()));
+                return Err(DslError::NotStatic("a value's row"));
             }
             if *first.get_or_insert(fixed) != fixed {
                 return Err(DslError::Internal(format!(
@@ -774,7 +782,7 @@ fn column_runs(atom: &impl MmaAtom, width: usize) -> Result<Vec<Vec<usize>>> {
         let idx = c
             .crd2idx(&Coord::from((lane, v as i64)))?
             .static_value()
-            .ok_or_else(|| DslError::Internal("a static layout".into()))?;
+            .ok_or_else(|| DslError::NotStatic("a lane's value in the accumulator layout"))?;
         Ok(idx / m)
     };
     let mut runs = Vec::new();
