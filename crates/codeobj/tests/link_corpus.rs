@@ -6,9 +6,9 @@
 //! (`ld.lld-22` is the reference for what loads, see `crates/dsl/tests/link_vs_lld.rs`; the
 //! rest, the symbol and section-name tables, is fixed by these digests).
 //!
-//! `tests/data/link/` holds a handful: a preshuffled-B GEMM, a MoE down projection and its
-//! reduce kernel, a paged-attention kernel and its split-KV reduce. A larger corpus (every kernel
-//! of `examples/dump_listings.rs`, say) is checked by the ignored test with
+//! `tests/data/link/` holds a handful: an LDS-staged and a preshuffled-B GEMM, a MoE down
+//! projection and its reduce kernel, a paged-attention kernel and its split-KV reduce. A larger
+//! corpus (every kernel of `examples/dump_listings.rs`, say) is checked by the ignored test with
 //! `TILEGEN_LINK_CORPUS=DIR cargo test -p tilegen-codeobj --test link_corpus -- --ignored`.
 
 use std::path::Path;
@@ -50,7 +50,7 @@ fn project_kernels_link_to_their_recorded_bytes() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/link");
     let (matched, differ) = check(&dir);
     assert!(differ.is_empty(), "{}", differ.join("\n"));
-    assert_eq!(matched, 5);
+    assert_eq!(matched, 6);
 }
 
 #[test]
