@@ -15,7 +15,10 @@ use tilegen::kernels::KernelSpec;
 use tilegen::kernels::attention::AttentionSpec;
 use tilegen::kernels::moe::MoeTemplate;
 
-type Job = (String, Box<dyn Fn() -> Result<Vec<(String, String)>, String> + Send + Sync>);
+type Job = (
+    String,
+    Box<dyn Fn() -> Result<Vec<(String, String)>, String> + Send + Sync>,
+);
 
 fn gemm(spec: KernelSpec) -> Job {
     let name = spec.kernel_name();

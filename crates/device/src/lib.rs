@@ -28,8 +28,8 @@ use tilegen_codeobj::{CodeObject, Kernel};
 pub use buffer::Buffer;
 pub use error::{BoxError, Fault, RuntimeError};
 pub use kernargs::ArgValue;
-pub use tilegen_codeobj::ValueKind;
 pub use stats::{Counter, Counters, LaunchStats};
+pub use tilegen_codeobj::ValueKind;
 
 /// An address in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

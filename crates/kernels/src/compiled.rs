@@ -137,7 +137,10 @@ impl BuiltKernel {
 
     /// Kernel `name` of a code object compiled earlier (a kernel pack's, a compile cache's): the
     /// report is read back; the listing and IR are empty and the timings zero.
-    pub(crate) fn from_code_object(name: String, code_object: Vec<u8>) -> Result<Self, ReportError> {
+    pub(crate) fn from_code_object(
+        name: String,
+        code_object: Vec<u8>,
+    ) -> Result<Self, ReportError> {
         let report = ResourceReport::read(&code_object, &name)?;
         Ok(BuiltKernel {
             name,

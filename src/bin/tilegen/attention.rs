@@ -12,13 +12,13 @@ use clap::Args;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
-use tilegen::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
 use tilegen::kernels::BuiltKernel;
 use tilegen::kernels::attention::{
     AttentionBuffers, AttentionKernels, AttentionLaunchError, AttentionSpec,
 };
 use tilegen::mx::attention::{AttentionProblem, AttentionShape, reference_attention};
 use tilegen::runtime::{DevicePtr, EmuConfig, LaunchConfig, LaunchControl};
+use tilegen::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;

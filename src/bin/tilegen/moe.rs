@@ -25,7 +25,6 @@ use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
-use tilegen::timing::{self, Params, TimingLaunch, TimingOptions};
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeShape, MoeSpec,
     PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes, route,
@@ -35,6 +34,7 @@ use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, ran
 use tilegen::mx::weights::{METADATA_KEY, PreshuffleRecord, TensorRecord};
 use tilegen::mx::{MX_BLOCK, MxMatrix, Shuffler};
 use tilegen::runtime::{Device, DevicePtr, EmuConfig, LaunchControl, RuntimeError};
+use tilegen::timing::{self, Params, TimingLaunch, TimingOptions};
 
 use crate::device::DeviceArgs;
 use crate::emu::{Progress, cli_error};

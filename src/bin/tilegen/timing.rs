@@ -12,10 +12,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
+use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};
 use tilegen::timing::{
     self, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
 };
-use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};
 use tilegen_output::Output;
 
 /// How the model runs (shared by every command that predicts a time).

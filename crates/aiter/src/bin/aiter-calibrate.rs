@@ -15,8 +15,8 @@ use tilegen_aiter::calibrate::{
     calibration_rows, fit,
 };
 use tilegen_aiter::{Corpus, default_dir};
-use tilegen_timing::Params;
 use tilegen_output::Output;
+use tilegen_timing::Params;
 
 /// The rows a run covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -15,7 +15,9 @@ use std::time::Instant;
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::memory::{GUARD, PAGE};
 use tilegen_emu::exec::{AllocError, DeviceMemory, Program};
-use tilegen_timing::{self as timing, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions};
+use tilegen_timing::{
+    self as timing, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions,
+};
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
 use crate::error::AiterError;

@@ -155,7 +155,6 @@ pub fn default_max_memory() -> u64 {
     tilegen_host::memory_budget()
 }
 
-
 /// Shared hooks of a running launch: a cancellation flag the caller may raise from another
 /// thread (a Ctrl-C handler), and counters of workgroups finished and launched, for progress
 /// reports. Clones share the same state.

@@ -54,7 +54,7 @@ mod spec;
 
 pub use run::{AttentionBuffers, AttentionLaunchError, AttentionOutput};
 pub use spec::{
-    AttentionBuildError, AttentionKernels, AttentionSpec, AttentionSpecError,
-    GROUP_SIZES, HEAD_DIMS, MAX_SPLIT_KV, MAX_WAVES, MIN_TILES_PER_PARTIAL, PAGE_SIZES,
+    AttentionBuildError, AttentionKernels, AttentionSpec, AttentionSpecError, GROUP_SIZES,
+    HEAD_DIMS, MAX_SPLIT_KV, MAX_WAVES, MIN_TILES_PER_PARTIAL, PAGE_SIZES,
 };
 pub use tilegen_mx::attention::BLOCK_N;

@@ -11,7 +11,6 @@ use super::spec::{KernelSpec, LdsBuffer, OutDtype};
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::stage::{Threads, swizzle_for_rows};
 
-
 /// Handles of the GEMM kernel's parameters `(c, a, b, sfa, sfb, m, n, k)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmParams {
@@ -53,7 +52,6 @@ pub fn signature() -> (Signature, GemmParams) {
 pub fn params() -> Signature {
     signature().0
 }
-
 
 /// The launch's sizes and its work-item coordinates (the work-items' through `Deref`).
 pub struct Ctx<'k, 'ctx> {

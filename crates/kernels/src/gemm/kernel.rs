@@ -57,8 +57,13 @@ impl CompiledKernel {
     pub fn from_code_object(spec: KernelSpec, code_object: Vec<u8>) -> Result<Self, BuildError> {
         spec.validate()?;
         let name = spec.kernel_name();
-        let kernel = BuiltKernel::from_code_object(name.clone(), code_object)
-            .map_err(|source| CompileError::Report { kernel: name, source })?;
+        let kernel =
+            BuiltKernel::from_code_object(name.clone(), code_object).map_err(|source| {
+                CompileError::Report {
+                    kernel: name,
+                    source,
+                }
+            })?;
         Ok(CompiledKernel {
             cache_key: spec.cache_key(),
             spec,
@@ -85,16 +90,22 @@ impl KernelSpec {
             workgroup_size: self.threads(),
             waves_per_eu: self.waves_per_eu,
         };
-        let kernel = compile_kernel(&self.kernel_name(), &common::params(), attrs, options, |k| {
-            if self.acc_agprs {
-                // Validation caps the accumulators at a lane's AGPRs.
-                k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
-            }
-            match self.variant {
-                Variant::Preb => preb::build(k, self),
-                Variant::Lds => lds::build(k, self),
-            }
-        })?;
+        let kernel = compile_kernel(
+            &self.kernel_name(),
+            &common::params(),
+            attrs,
+            options,
+            |k| {
+                if self.acc_agprs {
+                    // Validation caps the accumulators at a lane's AGPRs.
+                    k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
+                }
+                match self.variant {
+                    Variant::Preb => preb::build(k, self),
+                    Variant::Lds => lds::build(k, self),
+                }
+            },
+        )?;
         Ok(CompiledKernel {
             spec: self.clone(),
             cache_key: self.cache_key(),

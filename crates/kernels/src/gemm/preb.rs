@@ -24,7 +24,7 @@ use tilegen_mx::Shuffler;
 use super::common::{self, Ctx};
 use super::spec::KernelSpec;
 use crate::tile::mma::BlockScaledMmaOp;
-use crate::tile::scales::{Rows, ScaleFrags, ScaleFragments, Scales};
+use crate::tile::scales::{Rows, ScaleFragments, ScaleFrags, Scales};
 use crate::tile::stage::{self, Threads};
 use crate::tile::xcd::xcd_order;
 
@@ -34,7 +34,6 @@ const FP4_BITS: u32 = 4;
 /// MMA rows of A fragments read from LDS ahead of the MFMAs that use them: two rows' MFMAs
 /// (at least 2 x 16 cycles) cover an LDS read's latency, at 4 VGPRs per fragment in flight.
 const A_READ_AHEAD: usize = 2;
-
 
 /// One tile's operands loaded into registers ahead of its MFMAs: B fragments `[k_step][n]`,
 /// and the raw scale dwords of B and of A (A's tile itself goes through LDS).
@@ -539,8 +538,10 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let k = self.k();
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
         let layout = dev_layout(&Layout::row_major((bm, cols)))?;
-        let slot_tile = TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?
-            .swizzled(common::operand_swizzle(self.spec, steps * self.step_bytes())?)?;
+        let slot_tile =
+            TileTensor::packed(k, Storage::Lds(self.slots[slot]), layout, FP4_BITS)?.swizzled(
+                common::operand_swizzle(self.spec, steps * self.step_bytes())?,
+            )?;
         // The wave's WM rows of the workgroup's BM in the slot.
         let wave_tile = match self.spec.wave_grid() {
             (1, _) => slot_tile,
