@@ -55,122 +55,138 @@ struct Seen {
     own: bool,
 }
 
-/// Runs the workgroups `by_xcd[x]` of XCD `x` (XCD 0 first: the simulated one), each wave up
-/// to the head of a loop that loads once it has loaded, or for at most `budget`
-/// instructions, and counts which XCDs load which lines.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn census(
-    prog: &Program,
-    device: &DeviceMemory,
-    d: &DispatchState,
-    infos: &[Option<InstInfo>],
-    waves_per_workgroup: usize,
-    lds_bytes: u32,
-    by_xcd: &[Vec<u64>],
-    budget: u64,
-    exact_mfma: bool,
-    line_shift: u32,
-) -> Result<Census, TimingError> {
-    let mut seen: HashMap<u64, Seen, BuildLineHasher> = HashMap::default();
-    let mut stats = Stats::default();
-    let mut counts = vec![0u64; prog.instruction_count()];
-    let mut probe = Probe {
-        skip_mfma_math: !exact_mfma,
-        discard_global_writes: true,
-        ..Probe::default()
-    };
-    let mut waves: Vec<Wave> = Vec::with_capacity(waves_per_workgroup);
-    let mut lines = [0u64; 128];
-    let n_slots = prog.instruction_count();
-    let is_load = |s: usize| {
-        infos
-            .get(s)
-            .and_then(|i| i.as_ref())
-            .is_some_and(|i| i.unit == UnitKind::Vmem && !i.vmem_store && !i.vmem_atomic)
-    };
-    // Load instructions before each slot, to tell a loop that loads from its back edge.
-    let mut loads_before = vec![0u32; n_slots + 1];
-    for s in 0..n_slots {
-        loads_before[s + 1] = loads_before[s] + is_load(s) as u32;
-    }
-    // Heads of loops that load: slots some later branch jumps back to over a load.
-    let mut head = vec![false; n_slots];
-    for s in 0..n_slots {
-        if let Some(target) = prog.at_slot(s).and_then(|i| i.branch_target)
-            && let Ok((t, _)) = prog.slot(target)
-            && t <= s
-            && loads_before[s + 1] > loads_before[t]
-        {
-            head[t] = true;
+/// A launch's workgroups as the census runs them.
+pub(crate) struct CensusRun<'a> {
+    pub prog: &'a Program,
+    /// Device memory (global writes are discarded).
+    pub device: &'a DeviceMemory,
+    pub dispatch: &'a DispatchState,
+    pub infos: &'a [Option<InstInfo>],
+    pub waves_per_workgroup: usize,
+    pub lds_bytes: u32,
+    /// Compute MFMA results (see `TimingOptions::exact_mfma`).
+    pub exact_mfma: bool,
+    /// log2 of the line size.
+    pub line_shift: u32,
+}
+
+impl CensusRun<'_> {
+    /// Runs the workgroups `by_xcd[x]` of XCD `x` (XCD 0 first: the simulated one), each
+    /// wave up to the head of a loop that loads once it has loaded, or for at most `budget`
+    /// instructions, and counts which XCDs load which lines.
+    pub(crate) fn run(&self, by_xcd: &[Vec<u64>], budget: u64) -> Result<Census, TimingError> {
+        let CensusRun {
+            prog,
+            device,
+            dispatch: d,
+            infos,
+            waves_per_workgroup,
+            lds_bytes,
+            exact_mfma,
+            line_shift,
+        } = *self;
+        let mut seen: HashMap<u64, Seen, BuildLineHasher> = HashMap::default();
+        let mut stats = Stats::default();
+        let mut counts = vec![0u64; prog.instruction_count()];
+        let mut probe = Probe {
+            skip_mfma_math: !exact_mfma,
+            discard_global_writes: true,
+            ..Probe::default()
+        };
+        let mut waves: Vec<Wave> = Vec::with_capacity(waves_per_workgroup);
+        let mut lines = [0u64; 128];
+        let n_slots = prog.instruction_count();
+        let is_load = |s: usize| {
+            infos
+                .get(s)
+                .and_then(|i| i.as_ref())
+                .is_some_and(|i| i.unit == UnitKind::Vmem && !i.vmem_store && !i.vmem_atomic)
+        };
+        // Load instructions before each slot, to tell a loop that loads from its back edge.
+        let mut loads_before = vec![0u32; n_slots + 1];
+        for s in 0..n_slots {
+            loads_before[s + 1] = loads_before[s] + is_load(s) as u32;
         }
-    }
-    let mut loaded = vec![false; waves_per_workgroup];
-    // The census sets its own limit per wave (`budget`), and stops quietly at it.
-    let unlimited = Budget::new(u64::MAX);
-    // XCD 0's (slot, line) loads.
-    let mut own: Vec<(u32, u64)> = Vec::new();
-    for (x, list) in by_xcd.iter().enumerate() {
-        for &index in list {
-            let wg = Workgroup::new(d, index, waves_per_workgroup as u32, lds_bytes);
-            let run = run_workgroup_with(prog, d, &unlimited, wg, &mut waves, |w, lds| {
-                let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
-                let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
-                if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false)) {
-                    // Enough of this wave (at the head of a loop that loads, with loads
-                    // seen, the loop repeats what they showed): it leaves the workgroup
-                    // as if it had ended, so barriers still release.
-                    return Ok(Step::End);
-                }
-                probe.vmem.valid = false;
-                let mut env = Env {
-                    prog,
-                    mem: device,
-                    stats: &mut stats,
-                    counts: &mut counts,
-                    probe: Some(&mut probe),
-                };
-                let step = interp::step(&mut env, w, lds)?;
-                if is_load(slot) && probe.vmem.valid {
-                    *loaded = true;
-                    let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
-                    if x == 0 {
-                        own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
+        // Heads of loops that load: slots some later branch jumps back to over a load.
+        let mut head = vec![false; n_slots];
+        for s in 0..n_slots {
+            if let Some(target) = prog.at_slot(s).and_then(|i| i.branch_target)
+                && let Ok((t, _)) = prog.slot(target)
+                && t <= s
+                && loads_before[s + 1] > loads_before[t]
+            {
+                head[t] = true;
+            }
+        }
+        let mut loaded = vec![false; waves_per_workgroup];
+        // The census sets its own limit per wave (`budget`), and stops quietly at it.
+        let unlimited = Budget::new(u64::MAX);
+        // XCD 0's (slot, line) loads.
+        let mut own: Vec<(u32, u64)> = Vec::new();
+        for (x, list) in by_xcd.iter().enumerate() {
+            for &index in list {
+                let wg = Workgroup::new(d, index, waves_per_workgroup as u32, lds_bytes);
+                let run = run_workgroup_with(prog, d, &unlimited, wg, &mut waves, |w, lds| {
+                    let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
+                    let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
+                    if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false))
+                    {
+                        // Enough of this wave (at the head of a loop that loads, with loads
+                        // seen, the loop repeats what they showed): it leaves the workgroup
+                        // as if it had ended, so barriers still release.
+                        return Ok(Step::End);
                     }
-                }
-                Ok(step)
+                    probe.vmem.valid = false;
+                    let mut env = Env {
+                        prog,
+                        mem: device,
+                        stats: &mut stats,
+                        counts: &mut counts,
+                        probe: Some(&mut probe),
+                    };
+                    let step = interp::step(&mut env, w, lds)?;
+                    if is_load(slot) && probe.vmem.valid {
+                        *loaded = true;
+                        let n = record(&probe, line_shift, x as u32, &mut lines, &mut seen);
+                        if x == 0 {
+                            own.extend(lines[..n].iter().map(|&l| (slot as u32, l)));
+                        }
+                    }
+                    Ok(step)
+                });
+                loaded.fill(false);
+                run?;
+            }
+        }
+        let (own_lines, sum) = seen
+            .values()
+            .filter(|s| s.own)
+            .fold((0u64, 0.0f64), |(n, sum), s| {
+                (n + 1, sum + 1.0 / s.xcds.max(1) as f64)
             });
-            loaded.fill(false);
-            run?;
+        let own_share = if own_lines > 0 {
+            sum / own_lines as f64
+        } else {
+            1.0
+        };
+        own.sort_unstable();
+        own.dedup();
+        let mut per_slot = vec![(0u64, 0.0f64); n_slots];
+        for &(s, l) in &own {
+            if let (Some(acc), Some(seen)) = (per_slot.get_mut(s as usize), seen.get(&l)) {
+                acc.0 += 1;
+                acc.1 += 1.0 / seen.xcds.max(1) as f64;
+            }
         }
+        Ok(Census {
+            own_lines,
+            own_share,
+            shares: per_slot
+                .iter()
+                .map(|&(n, sum)| if n > 0 { sum / n as f64 } else { own_share })
+                .collect(),
+        })
     }
-    let (own_lines, sum) = seen
-        .values()
-        .filter(|s| s.own)
-        .fold((0u64, 0.0f64), |(n, sum), s| {
-            (n + 1, sum + 1.0 / s.xcds.max(1) as f64)
-        });
-    let own_share = if own_lines > 0 {
-        sum / own_lines as f64
-    } else {
-        1.0
-    };
-    own.sort_unstable();
-    own.dedup();
-    let mut per_slot = vec![(0u64, 0.0f64); n_slots];
-    for &(s, l) in &own {
-        if let (Some(acc), Some(seen)) = (per_slot.get_mut(s as usize), seen.get(&l)) {
-            acc.0 += 1;
-            acc.1 += 1.0 / seen.xcds.max(1) as f64;
-        }
-    }
-    Ok(Census {
-        own_lines,
-        own_share,
-        shares: per_slot
-            .iter()
-            .map(|&(n, sum)| if n > 0 { sum / n as f64 } else { own_share })
-            .collect(),
-    })
 }
 
 /// Adds the lines of the probed load by XCD `x`; leaves them in `lines`.

@@ -9,12 +9,11 @@
 //! passes plus the hazard wait states, SALU latency), its `s_waitcnt` is satisfied by the
 //! modelled completion times of its outstanding memory operations, and the pipe it needs is
 //! free (VALU and matrix core per SIMD, one LDS port per SIMD pair, the CU's texture
-//! addresser). An issued instruction executes at once, functionally, through
-//! `exec::interp::step`, so addresses, branches and EXEC are the real ones.
+//! addresser: see [`crate::units`]). An issued instruction executes at once, functionally,
+//! through [`interp::step`], so addresses, branches and EXEC are the real ones; the unit that
+//! serves it then books it.
 
 use std::collections::VecDeque;
-
-use serde::Serialize;
 
 use tilegen_emu::exec::fault::{Fault, FaultKind};
 use tilegen_emu::exec::interp::{self, Env, Probe};
@@ -26,198 +25,24 @@ use tilegen_emu::exec::stats::Stats;
 use tilegen_emu::exec::wave::Wave;
 
 use crate::TimingError;
-use crate::inst::{Category, InstInfo, REGS, ReadKind, Special, UnitKind};
-use crate::mem::{Access, MemSystem, probed_lines};
-use crate::params::Params;
-use crate::trace::TraceBuf;
-
-/// Why a SIMD issue slot issued nothing (or that it issued).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    /// Something issued.
-    Issued,
-    /// A source register is not ready (VALU/SALU latency).
-    Dependency,
-    /// A source register is an MFMA result still in the hazard window.
-    MfmaHazard,
-    /// `s_waitcnt vmcnt` (or a full vmcnt counter).
-    WaitcntVm,
-    /// `s_waitcnt lgkmcnt` (or a full lgkmcnt counter).
-    WaitcntLgkm,
-    /// Waiting at `s_barrier`.
-    Barrier,
-    /// Another wave took the instruction's category in this slot.
-    IssueConflict,
-    /// The unit (VALU, matrix core, LDS port, texture addresser) is busy.
-    PipeBusy,
-    /// `s_sleep`.
-    Sleep,
-    /// `s_nop` wait states.
-    Nop,
-    /// Branch redirect.
-    Branch,
-    /// No wave resident (or all done).
-    Idle,
-}
-
-/// Number of [`Reason`]s.
-pub(crate) const REASONS: usize = 12;
-
-/// Cycles by reason of one SIMD (each issue slot counts `slot_cycles`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct StallBreakdown {
-    /// Slots that issued.
-    pub issued: u64,
-    /// Source register not ready.
-    pub dependency: u64,
-    /// MFMA result hazard.
-    pub mfma_hazard: u64,
-    /// `s_waitcnt vmcnt`.
-    pub waitcnt_vm: u64,
-    /// `s_waitcnt lgkmcnt`.
-    pub waitcnt_lgkm: u64,
-    /// `s_barrier`.
-    pub barrier: u64,
-    /// Category taken by another wave.
-    pub issue_conflict: u64,
-    /// Unit busy.
-    pub pipe_busy: u64,
-    /// `s_sleep`.
-    pub sleep: u64,
-    /// `s_nop`.
-    pub nop: u64,
-    /// Branch redirect.
-    pub branch: u64,
-    /// Nothing resident.
-    pub idle: u64,
-}
-
-impl StallBreakdown {
-    pub(crate) fn from_array(a: &[u64; REASONS]) -> StallBreakdown {
-        StallBreakdown {
-            issued: a[Reason::Issued as usize],
-            dependency: a[Reason::Dependency as usize],
-            mfma_hazard: a[Reason::MfmaHazard as usize],
-            waitcnt_vm: a[Reason::WaitcntVm as usize],
-            waitcnt_lgkm: a[Reason::WaitcntLgkm as usize],
-            barrier: a[Reason::Barrier as usize],
-            issue_conflict: a[Reason::IssueConflict as usize],
-            pipe_busy: a[Reason::PipeBusy as usize],
-            sleep: a[Reason::Sleep as usize],
-            nop: a[Reason::Nop as usize],
-            branch: a[Reason::Branch as usize],
-            idle: a[Reason::Idle as usize],
-        }
-    }
-
-    /// Every reason with its cycles, named as in the JSON report.
-    pub fn by_reason(&self) -> [(&'static str, u64); REASONS] {
-        [
-            ("issued", self.issued),
-            ("dependency", self.dependency),
-            ("mfma_hazard", self.mfma_hazard),
-            ("waitcnt_vm", self.waitcnt_vm),
-            ("waitcnt_lgkm", self.waitcnt_lgkm),
-            ("barrier", self.barrier),
-            ("issue_conflict", self.issue_conflict),
-            ("pipe_busy", self.pipe_busy),
-            ("sleep", self.sleep),
-            ("nop", self.nop),
-            ("branch", self.branch),
-            ("idle", self.idle),
-        ]
-    }
-
-    /// All cycles.
-    pub fn total(&self) -> u64 {
-        self.by_reason().iter().map(|r| r.1).sum()
-    }
-}
-
-/// Parameters in the units the issue loop uses.
-#[derive(Clone, Debug)]
-pub(crate) struct Knobs {
-    pub slot: u64,
-    pub simds: usize,
-    pub valu_latency: u64,
-    pub valu_to_mfma: u64,
-    pub mfma_extra_ws: u64,
-    pub srcc_ws: u64,
-    pub salu_latency: u64,
-    pub smem_latency: u64,
-    pub lds_latency: u64,
-    pub lds_read_bpc: f64,
-    pub lds_write_bpc: f64,
-    pub lds_pass_bytes: u64,
-    pub lds_queue: u64,
-    pub vmem_bpc: f64,
-    pub vmem_min: u64,
-    pub vmem_queue: u64,
-    pub l1_latency: u64,
-    pub max_vm: usize,
-    pub max_lgkm: usize,
-    pub branch_taken: u64,
-    pub branch_not_taken: u64,
-    pub barrier_latency: u64,
-    pub sleep_unit: u64,
-    pub dispatch: u64,
-}
-
-impl Knobs {
-    pub(crate) fn new(p: &Params) -> Knobs {
-        let slot = p.issue.slot_cycles.positive().get();
-        Knobs {
-            slot,
-            simds: p.gpu.simds_per_cu.count().clamp(1, 16) as usize,
-            valu_latency: p.valu.dependent_latency_cycles.count(),
-            valu_to_mfma: slot * (1 + p.valu.write_then_mfma_read_wait_states.count()),
-            mfma_extra_ws: p.mfma.result_extra_wait_states.count(),
-            srcc_ws: p.mfma.srcc_same_acc_wait_states.count(),
-            salu_latency: p.salu.latency_cycles.count(),
-            smem_latency: p.salu.smem_latency_cycles.count(),
-            lds_latency: p.lds.latency_cycles.count(),
-            lds_read_bpc: p.lds.port_bytes_per_cycle.get(),
-            lds_write_bpc: p.lds.write_bytes_per_cycle.get(),
-            lds_pass_bytes: p.lds.pass_bytes.positive().get(),
-            // An LDS port and the addresser take a few instructions ahead of time.
-            lds_queue: 4 * slot,
-            vmem_bpc: p.vmem.issue_bytes_per_cycle.get(),
-            vmem_min: p.vmem.min_issue_cycles.positive().get(),
-            vmem_queue: 16 * slot,
-            l1_latency: p.vmem.l1_hit_latency_cycles.count(),
-            max_vm: p.vmem.max_vmcnt.positive().get() as usize,
-            max_lgkm: p.vmem.max_lgkmcnt.positive().get() as usize,
-            branch_taken: p.issue.branch_taken_cycles.count().max(slot),
-            branch_not_taken: p.issue.branch_not_taken_cycles.count().max(slot),
-            barrier_latency: p.issue.barrier_latency_cycles.count(),
-            sleep_unit: p.issue.sleep_cycles_per_unit.count(),
-            dispatch: p.clock.workgroup_dispatch_cycles.count(),
-        }
-    }
-
-    /// The first cycle at or after `t` at which SIMD `s` issues.
-    pub(crate) fn slot_at_or_after(&self, s: usize, t: u64) -> u64 {
-        let r = t % self.slot;
-        let s = s as u64 % self.slot;
-        if r <= s {
-            t - r + s
-        } else {
-            t - r + self.slot + s
-        }
-    }
-}
+use crate::inst::{Category, InstInfo, REGS, ReadKind, Special, UnitKind, VECTOR_REGS};
+use crate::mem::MemSystem;
+use crate::reason::{PerReason, Reason};
+use crate::trace::{InstSlice, TraceBuf};
+use crate::units::{Booking, Counted, Op, Sequencer, Shared, Units};
 
 /// Everything the CUs share: the kernel, device memory, the executor's counters, the
-/// instruction facts, the memory hierarchy.
+/// instruction facts, the sequencer's parameters, the units a CU starts with, the memory
+/// hierarchy.
 pub(crate) struct Ctx<'a> {
     pub prog: &'a Program,
     pub device: &'a DeviceMemory,
     pub stats: Stats,
     pub counts: Vec<u64>,
     pub probe: Probe,
-    pub infos: Vec<Option<InstInfo>>,
-    pub knobs: std::sync::Arc<Knobs>,
+    pub infos: &'a [Option<InstInfo>],
+    pub seq: &'a Sequencer,
+    pub units: &'a Units,
     pub mem: MemSystem,
     pub budget: u64,
 }
@@ -240,6 +65,8 @@ pub(crate) struct WaveTiming {
     /// Completion times of outstanding LDS and SMEM operations.
     lgkm: Vec<u64>,
     last_lds: u64,
+    /// The first cycle an MFMA may issue after the wave's last VALU write of EXEC.
+    exec_for_mfma: u64,
     at_barrier: bool,
     done: bool,
     /// Cached (ready time, reason) of the wave's own conditions for its next instruction.
@@ -261,12 +88,13 @@ impl WaveTiming {
             next_issue: start,
             next_reason: Reason::Idle,
             ready: vec![0; REGS],
-            mfma_ab: vec![0; 512],
-            srcc: vec![0; 512],
-            from_mfma: vec![false; 512],
+            mfma_ab: vec![0; VECTOR_REGS as usize],
+            srcc: vec![0; VECTOR_REGS as usize],
+            from_mfma: vec![false; VECTOR_REGS as usize],
             vm: VecDeque::new(),
             lgkm: Vec::new(),
             last_lds: 0,
+            exec_for_mfma: 0,
             at_barrier: false,
             done: false,
             own: None,
@@ -278,7 +106,7 @@ impl WaveTiming {
     }
 
     /// When the wave's own conditions allow its next instruction `info`, and what binds.
-    fn own_ready(&self, info: &InstInfo, k: &Knobs) -> (u64, Reason) {
+    fn own_ready(&self, info: &InstInfo, k: &Sequencer) -> (u64, Reason) {
         let mut best = (self.next_issue, self.next_reason);
         let mut bump = |t: u64, r: Reason| {
             if t > best.0 {
@@ -310,7 +138,10 @@ impl WaveTiming {
         for r in &info.reads {
             for reg in r.start as usize..(r.start + r.count) as usize {
                 let (t, vec) = match r.kind {
-                    ReadKind::Plain => (self.ready.get(reg).copied().unwrap_or(0), reg < 512),
+                    ReadKind::Plain => (
+                        self.ready.get(reg).copied().unwrap_or(0),
+                        reg < VECTOR_REGS as usize,
+                    ),
                     ReadKind::MfmaAb => (self.mfma_ab.get(reg).copied().unwrap_or(0), true),
                     ReadKind::MfmaC => (self.srcc.get(reg).copied().unwrap_or(0), true),
                 };
@@ -327,6 +158,10 @@ impl WaveTiming {
                 }
             }
         }
+        // An MFMA after a VALU write of EXEC waits out its wait states.
+        if info.unit == UnitKind::Mfma && self.exec_for_mfma > best.0 {
+            best = (self.exec_for_mfma, Reason::Dependency);
+        }
         best
     }
 
@@ -335,6 +170,45 @@ impl WaveTiming {
             self.vm.pop_front();
         }
         self.lgkm.retain(|&c| c > t);
+    }
+
+    /// Takes what booking `info` gave the wave: its registers' ready times and what its
+    /// counters wait for.
+    fn take(&mut self, info: &InstInfo, b: &Booking) {
+        if let Some(w) = b.writes {
+            for &(start, count) in &info.writes {
+                for r in start as usize..(start + count) as usize {
+                    if r < REGS {
+                        self.ready[r] = w.plain;
+                    }
+                    if let Some(v) = w.vector
+                        && r < VECTOR_REGS as usize
+                    {
+                        self.mfma_ab[r] = v.mfma_ab;
+                        self.srcc[r] = v.srcc;
+                        self.from_mfma[r] = v.from_mfma;
+                    }
+                }
+            }
+        }
+        match b.counted {
+            // Vector memory counts down in order: a completion waits for the ones before.
+            Some(Counted::Vm(done)) => {
+                let done = done.max(self.vm.back().copied().unwrap_or(0));
+                self.vm.push_back(done);
+            }
+            // LDS accesses return in order.
+            Some(Counted::Lds(done)) => {
+                let done = done.max(self.last_lds);
+                self.last_lds = done;
+                self.lgkm.push(done);
+            }
+            Some(Counted::Smem(done)) => self.lgkm.push(done),
+            None => {}
+        }
+        if let Some(t) = b.exec_for_mfma {
+            self.exec_for_mfma = self.exec_for_mfma.max(t);
+        }
     }
 }
 
@@ -383,18 +257,12 @@ pub(crate) struct Cu {
     pub wgs: Vec<Option<Wg>>,
     pool: Vec<Vec<Wave>>,
     rr_simd: usize,
-    valu_free: Vec<u64>,
-    mfma_free: Vec<u64>,
-    port_free: Vec<u64>,
-    ta_free: u64,
+    /// The units that serve the SIMDs' instructions.
+    pub units: Units,
     /// Cycles by reason, per SIMD.
-    pub stalls: Vec<[u64; REASONS]>,
+    pub stalls: Vec<PerReason<u64>>,
     acct_until: Vec<u64>,
     pending: Vec<Reason>,
-    /// Matrix-core busy cycles per SIMD.
-    pub mfma_busy: Vec<u64>,
-    /// LDS port busy cycles (both ports).
-    pub lds_busy: u64,
     pub trace: Option<TraceBuf>,
     pub finished: Vec<Finished>,
     /// Time of the pending event in the global queue.
@@ -408,41 +276,26 @@ pub(crate) struct Cu {
 
 type Cand = (u8, u64, usize, usize);
 
-/// Reserves the LDS port of SIMD `simd`'s pair (`port_free`, per pair) for `busy` cycles
-/// from `t`, or from when the requests queued before are served; counts them in `lds_busy`
-/// and returns when the reservation starts. (A function of the fields, not a method: the
-/// caller holds a workgroup of the CU borrowed.)
-fn reserve_lds_port(
-    port_free: &mut [u64],
-    lds_busy: &mut u64,
-    simd: usize,
-    t: u64,
-    busy: u64,
-) -> u64 {
-    let port = simd / 2;
-    let start = port_free[port].max(t);
-    port_free[port] = start + busy;
-    *lds_busy += busy;
-    start
-}
-
 impl Cu {
-    pub(crate) fn new(sim_index: usize, xcd: usize, capacity: usize, k: &Knobs) -> Cu {
+    /// CU `sim_index` of the simulation, on simulated XCD `xcd`, with room for `capacity`
+    /// workgroups and idle `units`.
+    pub(crate) fn new(
+        sim_index: usize,
+        xcd: usize,
+        capacity: usize,
+        k: &Sequencer,
+        units: &Units,
+    ) -> Cu {
         Cu {
             sim_index,
             xcd,
             wgs: (0..capacity).map(|_| None).collect(),
             pool: Vec::new(),
             rr_simd: 0,
-            valu_free: vec![0; k.simds],
-            mfma_free: vec![0; k.simds],
-            port_free: vec![0; k.simds.div_ceil(2)],
-            ta_free: 0,
-            stalls: vec![[0; REASONS]; k.simds],
+            units: units.clone(),
+            stalls: vec![PerReason::default(); k.simds],
             acct_until: vec![0; k.simds],
             pending: vec![Reason::Idle; k.simds],
-            mfma_busy: vec![0; k.simds],
-            lds_busy: 0,
             trace: None,
             finished: Vec::new(),
             scheduled: None,
@@ -470,7 +323,7 @@ impl Cu {
         age: &mut u64,
         prog: &Program,
         d: &tilegen_emu::exec::setup::DispatchState,
-        k: &Knobs,
+        k: &Sequencer,
     ) -> Result<(), TimingError> {
         let slot = self.wgs.iter().position(|w| w.is_none()).ok_or_else(|| {
             let kind = FaultKind::Launch("no free workgroup slot".into());
@@ -541,20 +394,12 @@ impl Cu {
         let own = match wt.own {
             Some(o) => o,
             None => {
-                let o = wt.own_ready(info, &ctx.knobs);
+                let o = wt.own_ready(info, ctx.seq);
                 wt.own = Some(o);
                 o
             }
         };
-        let s = wt.simd;
-        let k = &ctx.knobs;
-        let pipe = match info.unit {
-            UnitKind::Valu => self.valu_free[s],
-            UnitKind::Mfma => self.mfma_free[s],
-            UnitKind::Lds => self.port_free[s / 2].saturating_sub(k.lds_queue),
-            UnitKind::Vmem => self.ta_free.saturating_sub(k.vmem_queue),
-            _ => 0,
-        };
+        let pipe = self.units.ready(info.unit, wt.simd);
         let (r, why) = if pipe > own.0 {
             (pipe, Reason::PipeBusy)
         } else {
@@ -569,7 +414,7 @@ impl Cu {
     /// Processes the issue slot at `t` (of SIMD `t % slot`). Returns the time of the CU's
     /// next event (`None` when nothing is resident).
     pub(crate) fn step(&mut self, t: u64, ctx: &mut Ctx<'_>) -> Result<Option<u64>, TimingError> {
-        let k = std::sync::Arc::clone(&ctx.knobs);
+        let k = ctx.seq;
         let s = (t % k.slot) as usize;
         if s < k.simds {
             self.account(s, t, k.slot);
@@ -624,7 +469,7 @@ impl Cu {
             } else {
                 best.map_or(Reason::Idle, |b| b.1)
             };
-            self.stalls[s][outcome as usize] += k.slot;
+            self.stalls[s][outcome] += k.slot;
             self.acct_until[s] = t + k.slot;
         }
         let simd = (s < k.simds).then_some(s);
@@ -635,7 +480,7 @@ impl Cu {
     fn account(&mut self, s: usize, t: u64, slot: u64) {
         if t > self.acct_until[s] {
             let n = (t - self.acct_until[s]).div_ceil(slot) * slot;
-            self.stalls[s][self.pending[s] as usize] += n;
+            self.stalls[s][self.pending[s]] += n;
             self.acct_until[s] += n;
         }
     }
@@ -654,7 +499,7 @@ impl Cu {
     /// something shared changed (an LDS port, the addresser, a barrier, the resident set):
     /// the other SIMDs' earliest ready times are absolute and stay valid.
     fn next_event(&mut self, t: u64, simd: Option<usize>, ctx: &Ctx<'_>) -> Option<u64> {
-        let k = &ctx.knobs;
+        let k = ctx.seq;
         let all = std::mem::take(&mut self.dirty) || simd.is_none();
         for (s, e) in self.simd_min.iter_mut().enumerate() {
             if all || Some(s) == simd {
@@ -686,9 +531,10 @@ impl Cu {
         (next != u64::MAX).then_some(next)
     }
 
-    /// Issues wave (`g`, `w`)'s next instruction at `t`: executes it and books its timing.
+    /// Issues wave (`g`, `w`)'s next instruction at `t`: executes it, has the unit that
+    /// serves it book it, and applies the sequencer's own rules.
     fn issue(&mut self, g: usize, w: usize, t: u64, ctx: &mut Ctx<'_>) -> Result<(), TimingError> {
-        let k = std::sync::Arc::clone(&ctx.knobs);
+        let k = ctx.seq;
         let Some(wg) = self.wgs[g].as_mut() else {
             return Ok(());
         };
@@ -734,128 +580,31 @@ impl Cu {
         wt.own = None;
         wt.slot = None;
         let s = wt.simd;
-        let mut next = t + k.slot;
-        let mut next_reason = Reason::Dependency;
-        let mut busy_until = t + k.slot;
-        match info.unit {
-            UnitKind::Valu => {
-                self.valu_free[s] = t + info.busy as u64;
-                let lat = k.valu_latency.max(info.busy as u64 + k.slot);
-                for &(st, c) in &info.writes {
-                    for r in st as usize..(st + c) as usize {
-                        if r < REGS {
-                            wt.ready[r] = t + lat;
-                        }
-                        if r < 512 {
-                            wt.mfma_ab[r] = t + lat.max(k.valu_to_mfma);
-                            wt.srcc[r] = wt.mfma_ab[r];
-                            wt.from_mfma[r] = false;
-                        }
-                    }
-                }
-            }
-            UnitKind::Mfma => {
-                let busy = info.busy as u64;
-                self.mfma_free[s] = t + busy;
-                self.mfma_busy[s] += busy;
-                wg.mfma_cycles += busy;
-                let result = t + k.slot * (1 + info.passes as u64 + k.mfma_extra_ws);
-                let srcc = t + k.slot * (1 + k.srcc_ws);
-                for &(st, c) in &info.writes {
-                    for r in (st as usize..(st + c) as usize).filter(|&r| r < 512) {
-                        wt.ready[r] = result;
-                        wt.mfma_ab[r] = result;
-                        wt.srcc[r] = srcc;
-                        wt.from_mfma[r] = true;
-                    }
-                }
-                if let Some(tr) = self.trace.as_mut() {
-                    tr.pipe(s, t, busy, info.mnemonic);
-                }
-            }
-            UnitKind::Salu => {
-                for &(st, c) in &info.writes {
-                    for r in (st as usize..(st + c) as usize).filter(|&r| r < REGS) {
-                        wt.ready[r] = t + k.salu_latency;
-                    }
-                }
-            }
-            UnitKind::Smem => wt.lgkm.push(t + k.smem_latency),
-            UnitKind::Lds => {
-                let lanes = exec_before.count_ones() as u64;
-                let bytes = lanes * info.ds_bytes as u64;
-                let conflicts = ctx.stats.lds_bank_conflict_cycles - conflicts_before;
-                let passes = bytes.div_ceil(k.lds_pass_bytes).max(1) + conflicts;
-                let bpc = if info.ds_write {
-                    k.lds_write_bpc
-                } else {
-                    k.lds_read_bpc
-                };
-                let busy = ((passes * k.lds_pass_bytes) as f64 / bpc).ceil().max(1.0) as u64;
-                let start = reserve_lds_port(&mut self.port_free, &mut self.lds_busy, s, t, busy);
-                let done = (start + busy + k.lds_latency).max(wt.last_lds);
-                wt.last_lds = done;
-                wt.lgkm.push(done);
-            }
-            UnitKind::Vmem => {
-                let p = &ctx.probe.vmem;
-                let kind = if info.vmem_store {
-                    Access::Store
-                } else if info.vmem_atomic {
-                    Access::Atomic
-                } else {
-                    Access::Load
-                };
-                let (active_bytes, done) = if p.valid {
-                    let lanes = (p.global | p.other).count_ones() as u64;
-                    let active = lanes * p.bytes as u64;
-                    let busy = ((active as f64 / k.vmem_bpc).ceil() as u64).max(k.vmem_min);
-                    let start = self.ta_free.max(t);
-                    self.ta_free = start + busy;
-                    let mut lines = [0u64; 128];
-                    let n = probed_lines(p, ctx.mem.line_shift(), &mut lines);
-                    let mut done = (start + busy) as f64;
-                    let share = ctx.mem.share(slot);
-                    for &line in &lines[..n] {
-                        let d =
-                            ctx.mem
-                                .line(self.sim_index, self.xcd, line, start as f64, kind, share);
-                        done = done.max(d);
-                    }
-                    if p.other != 0 {
-                        done = done.max((start + busy + k.l1_latency) as f64);
-                    }
-                    (active, done.ceil() as u64)
-                } else {
-                    (0, t + k.l1_latency)
-                };
-                if info.lds_dma && active_bytes > 0 {
-                    // The returning data is written to LDS through the SIMD pair's port. The
-                    // port is a FIFO of reservations, so the write is charged when the load
-                    // issues rather than when its data returns (hundreds of cycles later):
-                    // the port's bandwidth is right, the exact cycle of the write is not.
-                    let busy = ((active_bytes as f64 / k.lds_write_bpc).ceil() as u64).max(1);
-                    reserve_lds_port(&mut self.port_free, &mut self.lds_busy, s, t, busy);
-                }
-                if kind == Access::Load {
-                    ctx.mem.note_load(done.saturating_sub(t) as f64);
-                }
-                let done = done.max(wt.vm.back().copied().unwrap_or(0));
-                wt.vm.push_back(done);
-            }
-            UnitKind::Branch => {
-                let taken = new_pc != pc + info.size as u64;
-                if step != Step::End {
-                    next = t + if taken {
-                        k.branch_taken
-                    } else {
-                        k.branch_not_taken
-                    };
-                    next_reason = Reason::Branch;
-                }
-            }
-            UnitKind::Internal => {}
+        let op = Op {
+            info,
+            simd: s,
+            t,
+            lanes: exec_before.count_ones() as u64,
+            lds_conflicts: ctx.stats.lds_bank_conflict_cycles - conflicts_before,
+            taken: new_pc != pc + info.size as u64,
+            ends: step == Step::End,
+            slot,
+        };
+        let mut shared = Shared {
+            mem: &mut ctx.mem,
+            probe: &ctx.probe.vmem,
+            cu: self.sim_index,
+            xcd: self.xcd,
+        };
+        let booking = self.units.book(&op, &mut shared);
+        wt.take(info, &booking);
+        wg.mfma_cycles += booking.mfma_cycles;
+        if info.unit == UnitKind::Mfma
+            && let Some(tr) = self.trace.as_mut()
+        {
+            tr.pipe(s, t, booking.mfma_cycles, info.mnemonic);
         }
+        let (mut next, mut next_reason) = booking.next.unwrap_or((t + k.slot, Reason::Dependency));
         match info.special {
             Special::Nop(n) => {
                 next = t + k.slot * (n as u64 + 1);
@@ -874,16 +623,16 @@ impl Cu {
             if t > wt.last_end {
                 tr.stall(wt.trace_id, s, wt.last_end, t, wt.blocked);
             }
-            busy_until = busy_until.max(t + 1).min(next.max(t + 1));
-            tr.inst(
-                wt.trace_id,
-                s,
-                t,
-                busy_until - t,
-                info.mnemonic,
-                info.class.name(),
-                pc - ctx.prog.entry(),
-            );
+            let busy_until = (t + k.slot).max(t + 1).min(next.max(t + 1));
+            tr.inst(&InstSlice {
+                tid: wt.trace_id,
+                simd: s,
+                ts: t,
+                dur: busy_until - t,
+                name: info.mnemonic,
+                class: info.class.name(),
+                pc: pc - ctx.prog.entry(),
+            });
             wt.last_end = busy_until;
         }
         if matches!(info.unit, UnitKind::Lds | UnitKind::Vmem)
@@ -946,25 +695,11 @@ impl Cu {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reasons_are_named_as_in_the_json_report() {
-        let mut a = [0u64; REASONS];
-        for (i, c) in a.iter_mut().enumerate() {
-            *c = 1 << i;
-        }
-        let b = StallBreakdown::from_array(&a);
-        let json = serde_json::to_value(b).unwrap();
-        for (name, cycles) in b.by_reason() {
-            assert_eq!(json[name], cycles, "{name}");
-        }
-        assert_eq!(json.as_object().unwrap().len(), REASONS);
-        assert_eq!(b.total(), (1 << REASONS) - 1);
-    }
+    use crate::params::Params;
 
     #[test]
     fn slots_rotate_over_simds() {
-        let k = Knobs::new(&Params::mi355x());
+        let k = Sequencer::new(&Params::mi355x());
         assert_eq!(k.slot_at_or_after(0, 0), 0);
         assert_eq!(k.slot_at_or_after(1, 0), 1);
         assert_eq!(k.slot_at_or_after(0, 1), 4);
@@ -975,7 +710,7 @@ mod tests {
     #[test]
     fn waitcnt_waits_for_the_right_completion() {
         let p = Params::mi355x();
-        let k = Knobs::new(&p);
+        let k = Sequencer::new(&p);
         let mut wt = WaveTiming::new(0, 0, 0, 0);
         wt.vm.extend([100, 200, 300]);
         wt.lgkm.extend([50, 10, 30]);

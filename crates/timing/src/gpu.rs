@@ -12,9 +12,10 @@ use tilegen_emu::exec::setup::DispatchState;
 use tilegen_emu::isa::Opcode;
 
 use crate::TimingError;
-use crate::cu::{Ctx, Cu, Finished, REASONS, Reason};
+use crate::cu::{Ctx, Cu, Finished};
 use crate::mem::MemoryReport;
 use crate::params::Params;
+use crate::reason::{PerReason, Reason};
 use crate::trace::{Trace, TraceBuf, TraceOptions};
 
 /// What limits how many workgroups a CU holds.
@@ -171,10 +172,28 @@ pub(crate) enum Dispatch {
     Fixed(Vec<Vec<u64>>),
     /// Workgroup `i` goes to XCD `i mod xcds`, then to the XCD's CUs round robin as slots free.
     Dynamic {
+        /// Workgroups not yet placed, per XCD.
         pending: Vec<VecDeque<u64>>,
+        /// The XCD's CU the round robin tries next.
         rr: Vec<usize>,
-        cus_per_xcd: usize,
     },
+}
+
+/// The machine of one simulation and the workgroups it places: how many CUs, how they group
+/// into XCDs, what each holds, and the launch every workgroup comes from.
+pub(crate) struct Machine<'a> {
+    /// The launch's dispatch state.
+    pub dispatch: &'a DispatchState,
+    /// CUs simulated.
+    pub cus: usize,
+    /// CUs per XCD (CU `c` is on XCD `c / cus_per_xcd`).
+    pub cus_per_xcd: usize,
+    /// Workgroups one CU holds.
+    pub capacity: usize,
+    /// Waves per workgroup.
+    pub waves: u32,
+    /// LDS bytes per workgroup.
+    pub lds_bytes: u32,
 }
 
 /// What one simulation produced.
@@ -184,135 +203,162 @@ pub(crate) struct SimResult {
     /// When, in addition, HBM had taken every byte queued for it.
     pub drained: u64,
     pub finished: Vec<Finished>,
-    pub stalls: Vec<[u64; REASONS]>,
+    pub stalls: Vec<PerReason<u64>>,
     pub lds_busy: u64,
     pub memory: MemoryReport,
     pub trace: Option<Trace>,
     pub cus: usize,
 }
 
-/// Runs the simulated CUs until every workgroup has finished.
-#[allow(clippy::too_many_arguments)]
+/// The simulated CUs and the queue of their next events.
+struct Floor<'a> {
+    cus: Vec<Cu>,
+    /// (time, CU) of each CU's next event; stale entries are skipped.
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Waves placed so far (a wave's age orders issue).
+    age: u64,
+    machine: &'a Machine<'a>,
+}
+
+impl Floor<'_> {
+    /// Makes CU `c`'s next event `t`, unless it has an earlier one.
+    fn schedule(&mut self, c: usize, t: u64) {
+        let cu = &mut self.cus[c];
+        if cu.scheduled.is_none_or(|s| t < s) {
+            cu.scheduled = Some(t);
+            self.heap.push(Reverse((t, c)));
+        }
+    }
+
+    /// Places workgroup `index` on CU `c`, its first instruction issuing at `t` at the
+    /// earliest.
+    fn place(&mut self, c: usize, index: u64, t: u64, ctx: &Ctx<'_>) -> Result<(), TimingError> {
+        let m = self.machine;
+        let wg = Workgroup::new(m.dispatch, index, m.waves, m.lds_bytes);
+        self.cus[c].dispatch(wg, t, &mut self.age, ctx.prog, m.dispatch, ctx.seq)
+    }
+
+    /// Places pending workgroups of XCD `x` on its CUs with free slots (round robin) at `t`.
+    fn fill(
+        &mut self,
+        dispatch: &mut Dispatch,
+        x: usize,
+        t: u64,
+        ctx: &Ctx<'_>,
+    ) -> Result<(), TimingError> {
+        let Dispatch::Dynamic { pending, rr } = dispatch else {
+            return Ok(());
+        };
+        let Some(queue) = pending.get_mut(x) else {
+            return Ok(());
+        };
+        let per_xcd = self.machine.cus_per_xcd;
+        let first = x * per_xcd;
+        let n = per_xcd.min(self.cus.len().saturating_sub(first));
+        if n == 0 {
+            return Ok(());
+        }
+        while !queue.is_empty() {
+            let Some(off) = (0..n)
+                .map(|j| (rr[x] + j) % n)
+                .find(|&j| self.cus[first + j].has_room())
+            else {
+                break;
+            };
+            let c = first + off;
+            rr[x] = (off + 1) % n;
+            let Some(i) = queue.pop_front() else { break };
+            self.place(c, i, t, ctx)?;
+            self.schedule(c, t);
+        }
+        Ok(())
+    }
+}
+
+/// Runs the simulated CUs of `machine` until every workgroup `dispatch` holds has finished;
+/// `trace`: trace the first CU (with the clock the trace reports).
 pub(crate) fn simulate(
     ctx: &mut Ctx<'_>,
-    d: &DispatchState,
-    n_cus: usize,
-    cus_per_xcd: usize,
-    occ: &Occupancy,
-    lds_bytes: u32,
+    machine: &Machine<'_>,
     mut dispatch: Dispatch,
     trace: Option<(TraceOptions, f64)>,
 ) -> Result<SimResult, TimingError> {
-    let k = std::sync::Arc::clone(&ctx.knobs);
-    let cap = occ.workgroups_per_cu as usize;
-    let mut cus: Vec<Cu> = (0..n_cus)
-        .map(|c| Cu::new(c, c / cus_per_xcd.max(1), cap, &k))
-        .collect();
+    let k = ctx.seq;
+    let per_xcd = machine.cus_per_xcd.max(1);
+    let mut floor = Floor {
+        cus: (0..machine.cus)
+            .map(|c| Cu::new(c, c / per_xcd, machine.capacity, k, ctx.units))
+            .collect(),
+        heap: BinaryHeap::new(),
+        age: 0,
+        machine,
+    };
     if let Some((opts, clock)) = trace
-        && let Some(cu) = cus.first_mut()
+        && let Some(cu) = floor.cus.first_mut()
     {
         cu.trace = Some(TraceBuf::new(opts, k.simds, clock));
     }
-    let prog = ctx.prog;
-    let waves = occ.waves_per_workgroup as usize;
-    let mut age = 0u64;
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let schedule = |cu: &mut Cu, t: u64, heap: &mut BinaryHeap<Reverse<(u64, usize)>>, c: usize| {
-        if cu.scheduled.is_none_or(|s| t < s) {
-            cu.scheduled = Some(t);
-            heap.push(Reverse((t, c)));
-        }
-    };
     // Initial placement.
     let start = k.dispatch;
     match &mut dispatch {
         Dispatch::Fixed(lists) => {
-            for (c, list) in lists.iter().enumerate().take(n_cus) {
+            for (c, list) in lists.iter().enumerate().take(machine.cus) {
                 for &i in list {
-                    let wg = Workgroup::new(d, i, waves as u32, lds_bytes);
-                    cus[c].dispatch(wg, start, &mut age, prog, d, &k)?;
+                    floor.place(c, i, start, ctx)?;
                 }
-                if !cus[c].is_empty() {
-                    schedule(&mut cus[c], start, &mut heap, c);
+                if !floor.cus[c].is_empty() {
+                    floor.schedule(c, start);
                 }
             }
         }
         Dispatch::Dynamic { .. } => {
-            for x in 0..n_cus.div_ceil(cus_per_xcd.max(1)) {
-                fill(
-                    &mut dispatch,
-                    x,
-                    &mut cus,
-                    start,
-                    &mut age,
-                    prog,
-                    d,
-                    &k,
-                    waves,
-                    lds_bytes,
-                    &mut heap,
-                )?;
+            for x in 0..machine.cus.div_ceil(per_xcd) {
+                floor.fill(&mut dispatch, x, start, ctx)?;
             }
         }
     }
     let mut finished = Vec::new();
     let mut end = 0u64;
-    while let Some(Reverse((t, c))) = heap.pop() {
-        if cus[c].scheduled != Some(t) {
+    while let Some(Reverse((t, c))) = floor.heap.pop() {
+        if floor.cus[c].scheduled != Some(t) {
             continue;
         }
-        cus[c].scheduled = None;
-        let next = cus[c].step(t, ctx)?;
-        if let Some(n) = next {
-            schedule(&mut cus[c], n, &mut heap, c);
+        floor.cus[c].scheduled = None;
+        if let Some(n) = floor.cus[c].step(t, ctx)? {
+            floor.schedule(c, n);
         }
-        if !cus[c].finished.is_empty() {
-            for f in cus[c].finished.drain(..) {
+        if !floor.cus[c].finished.is_empty() {
+            for f in floor.cus[c].finished.drain(..) {
                 end = end.max(f.end);
                 finished.push(f);
             }
-            let x = cus[c].xcd;
+            let x = floor.cus[c].xcd;
             if matches!(dispatch, Dispatch::Dynamic { .. }) {
-                fill(
-                    &mut dispatch,
-                    x,
-                    &mut cus,
-                    t + k.dispatch,
-                    &mut age,
-                    prog,
-                    d,
-                    &k,
-                    waves,
-                    lds_bytes,
-                    &mut heap,
-                )?;
+                floor.fill(&mut dispatch, x, t + k.dispatch, ctx)?;
             }
         }
     }
-    if let Some(cu) = cus.iter().find(|cu| !cu.is_empty()) {
+    if let Some(cu) = floor.cus.iter().find(|cu| !cu.is_empty()) {
         return Err(TimingError::Deadlock {
             cu: cu.sim_index,
             cycle: end,
         });
     }
-    let mut stalls = vec![[0u64; REASONS]; k.simds];
+    let mut stalls = vec![PerReason::default(); k.simds];
     let mut lds_busy = 0;
     let mut trace_out = None;
-    for cu in cus.iter_mut() {
+    for cu in floor.cus.iter_mut() {
         cu.close(end, k.slot);
         // A CU that never held a workgroup adds only idle cycles: leave it out, so a small
         // grid's breakdown describes the CUs that worked.
-        let worked = cu.stalls.iter().any(|a| {
-            a.iter()
-                .enumerate()
-                .any(|(r, &v)| r != Reason::Idle as usize && v > 0)
-        });
+        let worked = cu
+            .stalls
+            .iter()
+            .any(|a| a.iter().any(|(r, v)| r != Reason::Idle && v > 0));
         for (s, a) in cu.stalls.iter().enumerate().filter(|_| worked) {
-            for (r, v) in a.iter().enumerate() {
-                stalls[s][r] += v;
-            }
+            stalls[s].add(a);
         }
-        lds_busy += cu.lds_busy;
+        lds_busy += cu.units.lds.busy;
         if let Some(t) = cu.trace.take() {
             trace_out = Some(t.trace);
         }
@@ -325,59 +371,8 @@ pub(crate) fn simulate(
         lds_busy,
         memory: ctx.mem.finish_report(),
         trace: trace_out,
-        cus: n_cus,
+        cus: machine.cus,
     })
-}
-
-/// Places pending workgroups of XCD `x` on its CUs with free slots (round robin) at `t`.
-#[allow(clippy::too_many_arguments)]
-fn fill(
-    dispatch: &mut Dispatch,
-    x: usize,
-    cus: &mut [Cu],
-    t: u64,
-    age: &mut u64,
-    prog: &Program,
-    d: &DispatchState,
-    k: &crate::cu::Knobs,
-    waves: usize,
-    lds_bytes: u32,
-    heap: &mut BinaryHeap<Reverse<(u64, usize)>>,
-) -> Result<(), TimingError> {
-    let Dispatch::Dynamic {
-        pending,
-        rr,
-        cus_per_xcd,
-    } = dispatch
-    else {
-        return Ok(());
-    };
-    let Some(queue) = pending.get_mut(x) else {
-        return Ok(());
-    };
-    let first = x * *cus_per_xcd;
-    let n = (*cus_per_xcd).min(cus.len().saturating_sub(first));
-    if n == 0 {
-        return Ok(());
-    }
-    while !queue.is_empty() {
-        let Some(off) = (0..n)
-            .map(|j| (rr[x] + j) % n)
-            .find(|&j| cus[first + j].has_room())
-        else {
-            break;
-        };
-        let c = first + off;
-        rr[x] = (off + 1) % n;
-        let Some(i) = queue.pop_front() else { break };
-        let wg = Workgroup::new(d, i, waves as u32, lds_bytes);
-        cus[c].dispatch(wg, t, age, prog, d, k)?;
-        if cus[c].scheduled.is_none_or(|s| t < s) {
-            cus[c].scheduled = Some(t);
-            heap.push(Reverse((t, c)));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -125,6 +125,9 @@ pub(crate) struct InstInfo {
     /// VMEM: a store or atomic (no data returned to registers unless `returns`).
     pub vmem_store: bool,
     pub vmem_atomic: bool,
+    /// VALU: writes EXEC (an explicit `exec` destination, or a `v_cmpx`), which an MFMA
+    /// must wait for.
+    pub writes_exec: bool,
     /// VMEM: a load whose data goes to LDS instead of registers (`buffer_load ... lds`,
     /// `global_load_lds_*`); it writes the LDS through a port like a `ds_write`.
     pub lds_dma: bool,
@@ -183,6 +186,7 @@ impl InstInfo {
             ds_write: false,
             vmem_store: false,
             vmem_atomic: false,
+            writes_exec: false,
             lds_dma: false,
             class,
             size: i.size,
@@ -270,6 +274,11 @@ impl InstInfo {
             }
         }
         info.collect_registers(i);
+        if info.unit == UnitKind::Valu {
+            let exec = |&(start, count): &(u16, u16)| start < EXEC + 2 && start + count > EXEC;
+            info.writes_exec =
+                info.writes.iter().any(exec) || i.op.compare().is_some_and(|c| c.writes_exec);
+        }
         Ok(info)
     }
 
@@ -356,6 +365,7 @@ pub(crate) mod tests_support {
             ds_write: false,
             vmem_store: false,
             vmem_atomic: false,
+            writes_exec: false,
             lds_dma: false,
             class: InstClass::Control,
             size: 4,

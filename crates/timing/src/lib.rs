@@ -2,14 +2,14 @@
 //!
 //! # What it simulates
 //! Instructions execute functionally at issue, through the emulator's own
-//! [`tilegen_emu::exec::interp::step`] on the real waves (so addresses, branches, loop counts and EXEC
-//! masks are the kernel's own); the model only decides *when* each wave may issue. See
-//! [`cu`](self) for the issue rules of a CU: 4 SIMDs served round robin, one instruction per
-//! wave and per category per slot, oldest first with `s_setprio`, pipe occupancy (VALU,
-//! matrix core passes from LLVM's gfx950 scheduling model, one LDS port per SIMD pair with
-//! the 64-bank conflict passes of `ds::lds_conflict_cycles`, which LDS-DMA loads write
-//! through too, the texture addresser),
-//! per-register ready times with the MFMA hazard wait states, `s_waitcnt` against modelled
+//! [`tilegen_emu::exec::interp::step`] on the real waves (so addresses, branches, loop
+//! counts and EXEC masks are the kernel's own); the model only decides *when* each wave may
+//! issue. A CU (`cu.rs`) serves its 4 SIMDs round robin, one instruction per wave and per
+//! category per slot, oldest first with `s_setprio`; its units (`units.rs`) keep pipe
+//! occupancy (VALU, matrix core passes from LLVM's gfx950 scheduling model, one LDS port per
+//! SIMD pair with the 64-bank conflict passes of the emulator's `ds::lds_conflict_cycles`,
+//! which LDS-DMA loads write through too, the texture addresser), per-register ready times
+//! with the MFMA hazard wait states, `s_waitcnt` against modelled
 //! completion times (vmcnt in order; lgkmcnt mixing LDS and SMEM), `s_barrier`, `s_sleep`,
 //! `s_nop`. Vector memory goes through a vL1D per CU, the L2 of the XCD, the MALL and HBM,
 //! keyed by the line addresses the instructions computed; every level with a bandwidth is a
@@ -44,6 +44,21 @@
 //! cold caches). The error of the method against a full simulation is measured by a test on
 //! mid-size grids.
 //!
+//! # How the code is laid out
+//! [`predict`] checks the parameters, takes the occupancy ([`occupancy`]) and prepares the
+//! launch through the emulator's executor, then hands over to the sampler (`sample.rs`:
+//! [`Method::Full`] or [`Method::Rounds`], each round's census (`census.rs`) and the
+//! extrapolation of the rounds to the kernel), which runs simulations (`gpu.rs`: dispatch
+//! and the event loop over the CUs; `cu.rs`: a CU's waves and issue arbiter). Each unit of a
+//! CU that serves instructions (VALU, matrix core, LDS ports, texture addresser, SALU, SMEM,
+//! branch) books them behind one interface (`units.rs`); the texture addresser books each
+//! line in the memory hierarchy (`mem.rs`). What the model knows of an instruction
+//! (`inst.rs`) comes from the decoded instruction and the generated columns of the
+//! emulator's opcode tables. The report (`report.rs`) sums the simulations into a
+//! [`Prediction`]; stall reasons are one enum ([`Reason`]) indexing per-reason arrays
+//! ([`PerReason`]). The parameters (`params.toml`, [`Params`]) cite their sources, among them
+//! the facts in [`docs`], which also says how to add a hardware effect.
+//!
 //! # What is approximate
 //! The parameters no document gives (the clock sustained under matrix load, launch overhead,
 //! workgroup dispatch, the loaded HBM and MALL latencies and bandwidths, the L2 latency and
@@ -59,34 +74,39 @@
 
 mod census;
 mod cu;
+pub mod docs;
 mod gpu;
 mod inst;
 mod mem;
 mod params;
+mod reason;
+mod report;
+mod sample;
 mod trace;
+mod units;
 
 use serde::Serialize;
 
 use tilegen_emu::exec::fault::Fault;
-use tilegen_emu::exec::interp::Probe;
 use tilegen_emu::exec::launch::{LaunchShape, prepare_launch};
 use tilegen_emu::exec::limits::Limits;
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
-use tilegen_emu::exec::stats::Stats;
 
-pub use cu::{Reason, StallBreakdown};
 pub use gpu::{Limiter, Occupancy, occupancy};
 pub use mem::MemoryReport;
 pub use params::{
     ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, Number, Param, ParamBound, Params,
     ParamsError, SaluParams, ValuParams, VmemParams,
 };
+pub use reason::{PerReason, Reason, StallBreakdown};
+pub use report::{Bound, Prediction, SimdStalls};
 pub use trace::{Trace, TraceOptions};
 
-use cu::{Ctx, Knobs};
-use gpu::Dispatch;
 use inst::InstInfo;
+use report::Tally;
+use sample::Simulator;
+use units::{Sequencer, Units};
 
 /// A launch to time: grid and workgroup size, dynamic LDS, kernel arguments.
 #[derive(Clone, Copy, Debug)]
@@ -165,6 +185,18 @@ pub struct XcdShares {
     rounds: Vec<(u64, census::Census)>,
 }
 
+impl XcdShares {
+    /// The census of round `r`.
+    fn round(&self, r: u64) -> Option<&census::Census> {
+        self.rounds.iter().find(|(i, _)| *i == r).map(|(_, c)| c)
+    }
+
+    /// The share of XCD 0's HBM traffic of the first simulated round that it fetches itself.
+    fn own_share(&self) -> Option<f64> {
+        self.rounds.first().map(|(_, c)| c.own_share)
+    }
+}
+
 impl Default for TimingOptions {
     fn default() -> Self {
         TimingOptions {
@@ -181,95 +213,6 @@ impl Default for TimingOptions {
 /// Instructions per wave the census of a round runs by default: enough for the prologue and
 /// the first steps of a GEMM's K loop, whose address pattern the later steps repeat.
 pub const DEFAULT_CENSUS_INSTRUCTIONS: u64 = 2048;
-
-/// What bounds the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Bound {
-    /// The matrix cores are busy most of the time.
-    Mfma,
-    /// LDS bandwidth or latency.
-    Lds,
-    /// HBM (or MALL/L2) bandwidth.
-    MemoryBandwidth,
-    /// Waiting for memory with bandwidth to spare.
-    MemoryLatency,
-    /// Instruction issue, dependencies, barriers.
-    Issue,
-    /// The launch overhead dominates.
-    Launch,
-}
-
-impl Bound {
-    /// The bound's name, as in the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Bound::Mfma => "mfma",
-            Bound::Lds => "lds",
-            Bound::MemoryBandwidth => "memory_bandwidth",
-            Bound::MemoryLatency => "memory_latency",
-            Bound::Issue => "issue",
-            Bound::Launch => "launch",
-        }
-    }
-}
-
-/// Per-SIMD cycles by reason (SIMD `simd` of every simulated CU that held a workgroup, summed).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimdStalls {
-    /// SIMD index in the CU.
-    pub simd: u32,
-    /// Cycles by reason.
-    pub cycles: StallBreakdown,
-}
-
-/// A predicted MI355X run time.
-#[derive(Clone, Debug, Serialize)]
-pub struct Prediction {
-    /// Predicted time of the launch (kernel plus launch overhead), µs.
-    pub us: f64,
-    /// Of which the launch overhead, µs.
-    pub launch_us: f64,
-    /// Engine clock the cycles are converted with, GHz.
-    pub clock_ghz: f64,
-    /// Kernel cycles (all rounds).
-    pub cycles: u64,
-    /// Fraction of SIMD time the matrix cores are busy, GPU-wide.
-    pub mfma_busy: f64,
-    /// Achieved HBM bandwidth, GB/s.
-    pub hbm_gbs: f64,
-    /// What bounds the kernel.
-    pub bound: Bound,
-    /// Cycles by reason per SIMD over the simulated CUs.
-    pub stalls: Vec<SimdStalls>,
-    /// [`Method::Rounds`]: the share of XCD 0's HBM traffic of the first round that it
-    /// fetches itself (1: no other XCD loads its lines; `None`: no census was run).
-    pub hbm_own_share: Option<f64>,
-    /// The census behind `hbm_own_share`, for [`CrossXcd::Known`].
-    #[serde(skip)]
-    pub xcd_shares: Option<XcdShares>,
-    /// Workgroups simulated in detail.
-    pub workgroups_simulated: u64,
-    /// Workgroups in the grid.
-    pub workgroups_total: u64,
-    /// Rounds of resident workgroups on the busiest XCD.
-    pub rounds: u64,
-    /// CUs simulated.
-    pub cus_simulated: u32,
-    /// How the time was computed.
-    pub method: Method,
-    /// The method in words (what was simulated and how it was scaled).
-    pub method_detail: String,
-    /// Occupancy.
-    pub occupancy: Occupancy,
-    /// Cache and HBM counts of the simulated workgroups.
-    pub memory: MemoryReport,
-    /// Instructions the simulated workgroups executed.
-    pub instructions: u64,
-    /// The trace, when asked for (not serialized; see [`Trace::write_json`]).
-    #[serde(skip)]
-    pub trace: Option<Trace>,
-}
 
 /// Why a prediction failed.
 #[derive(Debug, thiserror::Error)]
@@ -359,381 +302,37 @@ pub fn predict(
         1,
         |total| in_flight.min(total),
     )?;
-    let result = run(
-        memory, prog, params, opts, &occ, &prepared, clock, sim_cus, total_wgs,
-    );
+    // The launch's allocations are released whatever the simulation's outcome.
+    let result = (|| {
+        let simulator = Simulator {
+            prog,
+            memory,
+            params,
+            opts,
+            occ: &occ,
+            prepared: &prepared,
+            clock,
+            infos: (0..prog.instruction_count())
+                .map(|s| {
+                    prog.at_slot(s)
+                        .map(|i| InstInfo::new(i, params))
+                        .transpose()
+                })
+                .collect::<Result<_, _>>()?,
+            seq: Sequencer::new(params),
+            units: Units::new(
+                params,
+                params.gpu.simds_per_cu.count().clamp(1, 16) as usize,
+            ),
+            xcds: xcds as u64,
+            cus_per_xcd: cpx as u64,
+            total: total_wgs,
+            sim_cus,
+        };
+        let (sampled, sims) = simulator.sample()?;
+        let tally = Tally::of(sims, simulator.seq.simds);
+        Ok(tally.prediction(sampled, total_wgs, &occ, params, clock))
+    })();
     prepared.release(memory);
     result
-}
-
-/// A simulated round: its result, the instructions it executed, its workgroups, and the
-/// census it ran (with the round's index).
-type RoundResult = (gpu::SimResult, u64, u64, Option<(u64, census::Census)>);
-
-#[allow(clippy::too_many_arguments)]
-fn run(
-    memory: &DeviceMemory,
-    prog: &Program,
-    params: &Params,
-    opts: &TimingOptions,
-    occ: &Occupancy,
-    prepared: &tilegen_emu::exec::launch::PreparedLaunch,
-    clock: f64,
-    sim_cus: usize,
-    total_wgs: u64,
-) -> Result<Prediction, TimingError> {
-    let xcds = params.gpu.xcds.positive().get();
-    let cpx = params.gpu.cus_per_xcd.positive().get();
-    let gpu_cus = xcds * cpx;
-    let cap = occ.workgroups_per_cu as u64;
-    let infos: Vec<Option<InstInfo>> = (0..prog.instruction_count())
-        .map(|s| {
-            prog.at_slot(s)
-                .map(|i| InstInfo::new(i, params))
-                .transpose()
-        })
-        .collect::<Result<_, _>>()?;
-    let new_ctx =
-        |cus: usize, sim_xcds: usize, gpu_share: f64, l2_share: f64, shares: Vec<f64>| Ctx {
-            prog,
-            device: memory,
-            stats: Stats::default(),
-            counts: vec![0; prog.instruction_count()],
-            probe: Probe {
-                skip_mfma_math: !opts.exact_mfma,
-                ..Probe::default()
-            },
-            infos: infos.clone(),
-            knobs: std::sync::Arc::new(Knobs::new(params)),
-            mem: mem::MemSystem::new(params, cus, sim_xcds, clock, gpu_share, l2_share, shares),
-            budget: opts.wave_instruction_budget,
-        };
-    let trace = opts.trace.map(|t| (t, clock));
-    let d = &prepared.dispatch;
-    let lds = prepared.lds_bytes;
-    let mut sims = Vec::new();
-    let cycles;
-    let rounds;
-    let mut detail;
-    let mut shares = Vec::new();
-    match opts.method {
-        Method::Full => {
-            let mut pending = vec![std::collections::VecDeque::new(); xcds as usize];
-            for i in 0..total_wgs {
-                pending[(i % xcds) as usize].push_back(i);
-            }
-            let dispatch = Dispatch::Dynamic {
-                pending,
-                rr: vec![0; xcds as usize],
-                cus_per_xcd: cpx as usize,
-            };
-            let mut ctx = new_ctx(gpu_cus as usize, xcds as usize, 1.0, 1.0, Vec::new());
-            let r = gpu::simulate(
-                &mut ctx,
-                d,
-                gpu_cus as usize,
-                cpx as usize,
-                occ,
-                lds,
-                dispatch,
-                trace,
-            )?;
-            cycles = r.drained;
-            rounds = total_wgs.div_ceil(xcds).div_ceil(cpx * cap);
-            detail = format!(
-                "full simulation of all {total_wgs} workgroups on {gpu_cus} CUs with dynamic dispatch"
-            );
-            sims.push((r, ctx.counts.iter().sum::<u64>(), 1.0));
-        }
-        Method::Rounds => {
-            let n0 = total_wgs.div_ceil(xcds);
-            let per_round = cpx * cap;
-            rounds = n0.div_ceil(per_round).max(1);
-            let round = |r: u64,
-                         trace: Option<(TraceOptions, f64)>,
-                         reuse: Option<census::Census>|
-             -> Result<RoundResult, TimingError> {
-                let first = r * per_round;
-                let last = (first + per_round).min(n0);
-                let mut lists = vec![Vec::new(); sim_cus];
-                for kk in first..last {
-                    let c = ((kk - first) % cpx) as usize;
-                    if c < sim_cus {
-                        lists[c].push(kk * xcds);
-                    }
-                }
-                let sim_active = lists.iter().filter(|l| !l.is_empty()).count().max(1) as f64;
-                let xcd0_active = (last - first).min(cpx) as f64;
-                // Workgroups of this round GPU-wide, and the CUs they occupy.
-                let gpu_round = total_wgs
-                    .saturating_sub(r * per_round * xcds)
-                    .min(per_round * xcds);
-                let gpu_active = gpu_round.min(gpu_cus).max(1) as f64;
-                let n_sim = lists.iter().map(|l| l.len() as u64).sum();
-                let census = match &opts.cross_xcd {
-                    _ if xcds < 2 => None,
-                    CrossXcd::Census { .. } if reuse.is_some() => reuse,
-                    CrossXcd::Ignore => None,
-                    CrossXcd::Known(k) => Some(
-                        k.rounds
-                            .iter()
-                            .find(|(i, _)| *i == r)
-                            .map(|(_, c)| c.clone())
-                            .ok_or(TimingError::UnknownCensusRound { round: r })?,
-                    ),
-                    &CrossXcd::Census { instructions } => {
-                        let mut by_xcd =
-                            vec![lists.iter().flatten().copied().collect::<Vec<u64>>()];
-                        for x in 1..xcds {
-                            by_xcd.push(
-                                (first..last)
-                                    .map(|kk| kk * xcds + x)
-                                    .filter(|&i| i < total_wgs)
-                                    .collect(),
-                            );
-                        }
-                        Some(census::census(
-                            prog,
-                            memory,
-                            d,
-                            &infos,
-                            occ.waves_per_workgroup as usize,
-                            lds,
-                            &by_xcd,
-                            instructions,
-                            opts.exact_mfma,
-                            params.vmem.l1_line_bytes.positive().trailing_zeros(),
-                        )?)
-                    }
-                };
-                let mut ctx = new_ctx(
-                    sim_cus,
-                    1,
-                    (sim_active / gpu_active).min(1.0),
-                    (sim_active / xcd0_active).min(1.0),
-                    census.as_ref().map_or_else(Vec::new, |c| c.shares.clone()),
-                );
-                let res = gpu::simulate(
-                    &mut ctx,
-                    d,
-                    sim_cus,
-                    cpx as usize,
-                    occ,
-                    lds,
-                    Dispatch::Fixed(lists),
-                    trace,
-                )?;
-                Ok((res, ctx.counts.iter().sum(), n_sim, census.map(|c| (r, c))))
-            };
-            let (r0, s0, n_first, c0) = round(0, trace, None)?;
-            shares.extend(c0.clone());
-            let t0 = r0.end;
-            let n_last = n0 - (rounds - 1) * per_round;
-            if rounds == 1 {
-                cycles = r0.drained;
-                detail = format!(
-                    "one round: {} of XCD 0 on {sim_cus} of its {cpx} CUs simulated ({} per CU); the other XCDs run theirs in parallel",
-                    workgroups(n_first),
-                    workgroups(cap)
-                );
-                sims.push((r0, s0, 1.0));
-            } else if n_last == per_round {
-                cycles = t0 * (rounds - 1) + r0.drained;
-                detail = format!(
-                    "{rounds} full rounds of {} on XCD 0; round 1 ({} on {sim_cus} CUs) simulated, time x {rounds}",
-                    workgroups(per_round),
-                    workgroups(n_first)
-                );
-                sims.push((r0, s0, rounds as f64));
-            } else {
-                // A last round at least half full shares its lines as a full one does
-                // (the census costs about as much as the simulation of a round).
-                let reuse = (2 * n_last >= per_round)
-                    .then(|| c0.as_ref().map(|(_, c)| c.clone()))
-                    .flatten();
-                let (rl, sl, n_l, cl) = round(rounds - 1, None, reuse)?;
-                shares.extend(cl);
-                cycles = t0 * (rounds - 1) + rl.drained;
-                detail = format!(
-                    "{rounds} rounds on XCD 0: round 1 ({} on {sim_cus} CUs) simulated, x {}; the last partial round ({}) simulated on its own",
-                    workgroups(n_first),
-                    rounds - 1,
-                    workgroups(n_l)
-                );
-                sims.push((r0, s0, (rounds - 1) as f64));
-                sims.push((rl, sl, 1.0));
-            }
-            if let Some((_, c)) = shares.first() {
-                detail.push_str(&format!(
-                    "; XCD 0 fetches {:.0}% of the HBM traffic of the lines it loads, the other XCDs the rest ({})",
-                    c.own_share * 100.0,
-                    match opts.cross_xcd {
-                        CrossXcd::Known(_) => "census of an earlier run of the launch",
-                        _ => "census of every XCD's workgroups up to their first loop",
-                    }
-                ));
-            }
-        }
-    }
-    // Per-workgroup means over what was simulated, scaled to the grid.
-    let mut wgs_sim = 0u64;
-    let mut mfma_cycles = 0u64;
-    let mut hbm_bytes = 0u64;
-    let mut instructions = 0u64;
-    let mut stalls =
-        vec![[0u64; cu::REASONS]; params.gpu.simds_per_cu.count().clamp(1, 16) as usize];
-    let mut memory_report = MemoryReport::default();
-    let mut lds_busy = 0u64;
-    let mut sim_cycles = 0u64;
-    let mut trace_out = None;
-    let mut cus_simulated = 0;
-    for (r, stats, _) in sims.iter_mut() {
-        wgs_sim += r.finished.len() as u64;
-        mfma_cycles += r.finished.iter().map(|f| f.mfma_cycles).sum::<u64>();
-        hbm_bytes += r.memory.hbm_bytes;
-        instructions += *stats;
-        for (a, b) in stalls.iter_mut().zip(&r.stalls) {
-            for (x, y) in a.iter_mut().zip(b) {
-                *x += y;
-            }
-        }
-        add_report(&mut memory_report, &r.memory);
-        lds_busy += r.lds_busy;
-        sim_cycles += r.end * r.cus as u64;
-        cus_simulated = cus_simulated.max(r.cus as u32);
-        if trace_out.is_none() {
-            trace_out = r.trace.take();
-        }
-    }
-    let per_wg = |v: u64| {
-        if wgs_sim > 0 {
-            v as f64 / wgs_sim as f64
-        } else {
-            0.0
-        }
-    };
-    let simds = params.gpu.simds_per_cu.get();
-    let kernel_ns = cycles as f64 / clock;
-    let mfma_busy = if cycles > 0 {
-        (per_wg(mfma_cycles) * total_wgs as f64 / (simds * gpu_cus as f64 * cycles as f64)).min(1.0)
-    } else {
-        0.0
-    };
-    let hbm_gbs = if kernel_ns > 0.0 {
-        per_wg(hbm_bytes) * total_wgs as f64 / kernel_ns
-    } else {
-        0.0
-    };
-    let launch_us = params.clock.launch_overhead_us.get();
-    let us = kernel_ns / 1000.0 + launch_us;
-    let lds_util = if sim_cycles > 0 {
-        let ports = params.gpu.simds_per_cu.count().div_ceil(2) as f64;
-        lds_busy as f64 / (ports * sim_cycles as f64)
-    } else {
-        0.0
-    };
-    let hbm_util = hbm_gbs / params.vmem.hbm_gbs.get();
-    let bound = classify_bound(launch_us / us, mfma_busy, hbm_util, lds_util, &stalls);
-    let stalls = stalls
-        .iter()
-        .enumerate()
-        .map(|(s, a)| SimdStalls {
-            simd: s as u32,
-            cycles: StallBreakdown::from_array(a),
-        })
-        .collect();
-    Ok(Prediction {
-        us,
-        launch_us,
-        clock_ghz: clock,
-        cycles,
-        mfma_busy,
-        hbm_gbs,
-        bound,
-        stalls,
-        hbm_own_share: shares.first().map(|(_, c)| c.own_share),
-        xcd_shares: (!shares.is_empty()).then(|| XcdShares {
-            rounds: shares.clone(),
-        }),
-        workgroups_simulated: wgs_sim,
-        workgroups_total: total_wgs,
-        rounds,
-        cus_simulated,
-        method: opts.method,
-        method_detail: detail,
-        occupancy: occ.clone(),
-        memory: memory_report,
-        instructions,
-        trace: trace_out,
-    })
-}
-
-fn add_report(a: &mut MemoryReport, b: &MemoryReport) {
-    a.l1_requests += b.l1_requests;
-    a.l1_hits += b.l1_hits;
-    a.l2_requests += b.l2_requests;
-    a.l2_hits += b.l2_hits;
-    a.mall_requests += b.mall_requests;
-    a.mall_hits += b.mall_hits;
-    a.hbm_bytes += b.hbm_bytes;
-    a.hbm_mean_queue_cycles = a.hbm_mean_queue_cycles.max(b.hbm_mean_queue_cycles);
-    let loads = a.loads + b.loads;
-    if loads > 0 {
-        a.mean_load_latency_cycles = (a.mean_load_latency_cycles * a.loads as f64
-            + b.mean_load_latency_cycles * b.loads as f64)
-            / loads as f64;
-    }
-    a.loads = loads;
-}
-
-/// `n` workgroups, in words.
-fn workgroups(n: impl Into<u64>) -> String {
-    match n.into() {
-        1 => "1 workgroup".to_string(),
-        n => format!("{n} workgroups"),
-    }
-}
-
-fn classify_bound(
-    launch_frac: f64,
-    mfma: f64,
-    hbm: f64,
-    lds: f64,
-    stalls: &[[u64; cu::REASONS]],
-) -> Bound {
-    if launch_frac > 0.5 {
-        return Bound::Launch;
-    }
-    let (best, util) = [
-        (Bound::Mfma, mfma),
-        (Bound::MemoryBandwidth, hbm),
-        (Bound::Lds, lds),
-    ]
-    .into_iter()
-    .fold(
-        (Bound::Issue, 0.0),
-        |acc, x| if x.1 > acc.1 { x } else { acc },
-    );
-    if util >= 0.6 {
-        return best;
-    }
-    let sum = |r: Reason| stalls.iter().map(|a| a[r as usize]).sum::<u64>();
-    let candidates = [
-        (Bound::MemoryLatency, sum(Reason::WaitcntVm)),
-        (Bound::Lds, sum(Reason::WaitcntLgkm)),
-        (
-            Bound::Issue,
-            sum(Reason::Dependency)
-                + sum(Reason::IssueConflict)
-                + sum(Reason::Barrier)
-                + sum(Reason::Nop)
-                + sum(Reason::Branch)
-                + sum(Reason::Issued),
-        ),
-        (Bound::Mfma, sum(Reason::MfmaHazard) + sum(Reason::PipeBusy)),
-    ];
-    candidates
-        .into_iter()
-        .max_by_key(|c| c.1)
-        .map_or(Bound::Issue, |c| c.0)
 }

@@ -330,6 +330,24 @@ pub(crate) struct MemSystem {
     load_latency: f64,
 }
 
+/// The part of the GPU one simulation stands for: its CUs and XCDs, and its shares of what
+/// the whole GPU shares.
+#[derive(Clone, Debug)]
+pub(crate) struct Scope {
+    /// CUs simulated (CU `c` is on XCD `c / cus_per_xcd`).
+    pub cus: usize,
+    /// XCDs simulated.
+    pub xcds: usize,
+    /// The simulated CUs' share of the CUs active GPU-wide: of the MALL's and HBM's
+    /// bandwidth, and of the MALL's capacity.
+    pub gpu_share: f64,
+    /// Their share of the CUs active on their XCD: of each L2 channel's bandwidth.
+    pub l2_share: f64,
+    /// Per load instruction (program slot), the share of the HBM traffic of the lines it
+    /// loads that the simulated XCD fetches itself (see `census`); none: all of it.
+    pub shares: Vec<f64>,
+}
+
 /// What a vector-memory access does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -339,20 +357,15 @@ pub(crate) enum Access {
 }
 
 impl MemSystem {
-    /// The hierarchy for `cus` CUs spread over `xcds` simulated XCDs (CU `c` is on XCD
-    /// `c / cus_per_xcd`), given the clock and the simulated share of the whole GPU's MALL
-    /// and HBM bandwidth (and MALL capacity), and of each XCD's L2 bandwidth; `shares[s]`
-    /// of the HBM traffic of the lines load instruction `s` loads is theirs (the rest is
-    /// another XCD's fetch of the same line).
-    pub(crate) fn new(
-        p: &Params,
-        cus: usize,
-        xcds: usize,
-        clock_ghz: f64,
-        gpu_share: f64,
-        l2_share: f64,
-        shares: Vec<f64>,
-    ) -> MemSystem {
+    /// The hierarchy of the CUs `scope` describes, at `clock_ghz`.
+    pub(crate) fn new(p: &Params, clock_ghz: f64, scope: &Scope) -> MemSystem {
+        let Scope {
+            cus,
+            xcds,
+            gpu_share,
+            l2_share,
+            ..
+        } = *scope;
         let v = &p.vmem;
         let line = v.l1_line_bytes.positive();
         let channels = v.l2_channels.positive().get() as usize;
@@ -385,7 +398,7 @@ impl MemSystem {
             store_ack: v.store_ack_latency_cycles.get(),
             report: MemoryReport::default(),
             hbm_requests: 0,
-            shares: shares.into_iter().map(|s| s.clamp(1e-3, 1.0)).collect(),
+            shares: scope.shares.iter().map(|s| s.clamp(1e-3, 1.0)).collect(),
             load_latency: 0.0,
         }
     }
@@ -562,10 +575,21 @@ mod tests {
         assert_eq!(s.bytes, 258.0);
     }
 
+    /// `cus` CUs of one XCD, standing for the whole GPU.
+    fn one_xcd(cus: usize) -> Scope {
+        Scope {
+            cus,
+            xcds: 1,
+            gpu_share: 1.0,
+            l2_share: 1.0,
+            shares: Vec::new(),
+        }
+    }
+
     #[test]
     fn hierarchy_latency_by_level_and_reuse() {
         let p = Params::mi355x();
-        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0, Vec::new());
+        let mut m = MemSystem::new(&p, 2.0, &one_xcd(2));
         let first = m.line(0, 0, 7, 0.0, Access::Load, 1.0);
         let l1 = m.line(0, 0, 7, 10_000.0, Access::Load, 1.0) - 10_000.0;
         let l2 = m.line(1, 0, 7, 20_000.0, Access::Load, 1.0) - 20_000.0;
@@ -578,7 +602,7 @@ mod tests {
     #[test]
     fn a_hit_on_a_line_in_flight_waits_for_its_fill() {
         let p = Params::mi355x();
-        let mut m = MemSystem::new(&p, 2, 1, 2.0, 1.0, 1.0, Vec::new());
+        let mut m = MemSystem::new(&p, 2.0, &one_xcd(2));
         let first = m.line(0, 0, 7, 0.0, Access::Load, 1.0);
         // Another CU asks for the line 10 cycles later: an L2 hit, but the data is still on
         // its way from HBM.

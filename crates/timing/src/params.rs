@@ -159,6 +159,9 @@ pub struct LdsParams {
     pub pass_bytes: Param,
     /// Write bytes per clock of one port.
     pub write_bytes_per_cycle: Param,
+    /// Issue slots of accesses a port takes ahead of the one it serves (its queue): a wave
+    /// waits for the port only when the port is booked further ahead than this.
+    pub queue_slots: Param,
 }
 
 /// Vector memory and the cache hierarchy.
@@ -169,6 +172,9 @@ pub struct VmemParams {
     pub issue_bytes_per_cycle: Param,
     /// Least clocks one vector-memory instruction occupies the addresser.
     pub min_issue_cycles: Param,
+    /// Issue slots of instructions the texture addresser takes ahead of the one it serves
+    /// (its queue): a wave waits for it only when it is booked further ahead than this.
+    pub queue_slots: Param,
     /// Largest vmcnt.
     pub max_vmcnt: Param,
     /// Largest lgkmcnt.
@@ -399,6 +405,12 @@ const UNIT_BYTES_PER_CYCLE: ParamBound = ParamBound::real(
     1_024.0,
     "bytes per clock of one unit: 64 to 128 on gfx950; 1 to 1,024 modelled",
 );
+/// The depth of a unit's instruction queue, in issue slots.
+const QUEUE_SLOTS: ParamBound = ParamBound::whole(
+    0.0,
+    64.0,
+    "instructions a unit queues ahead: a few on gfx950 (undocumented); none to 64 modelled",
+);
 /// GPU-wide bandwidths in GB/s (divided by the clock into bytes per clock).
 const GPU_GBS: ParamBound = ParamBound::real(
     100.0,
@@ -409,7 +421,7 @@ const GPU_GBS: ParamBound = ParamBound::real(
 /// Every entry's bound by dotted name (`table.entry`), in the order of `params.toml`; the
 /// one place the bounds live. See the comment above for what they allow the model to
 /// allocate.
-const BOUNDS: [(&str, ParamBound); 57] = [
+const BOUNDS: [(&str, ParamBound); 59] = [
     ("clock.peak_ghz", CLOCK_GHZ),
     ("clock.mfma_sustained_ghz", CLOCK_GHZ),
     (
@@ -551,8 +563,10 @@ const BOUNDS: [(&str, ParamBound); 57] = [
         ),
     ),
     ("lds.write_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
+    ("lds.queue_slots", QUEUE_SLOTS),
     ("vmem.issue_bytes_per_cycle", UNIT_BYTES_PER_CYCLE),
     ("vmem.min_issue_cycles", BUSY_CYCLES),
+    ("vmem.queue_slots", QUEUE_SLOTS),
     (
         "vmem.max_vmcnt",
         ParamBound::whole(1.0, 63.0, "vmcnt is a 6-bit counter"),
@@ -848,6 +862,27 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    /// A source that names a file of the repository names one that exists.
+    #[test]
+    fn sources_cite_files_that_exist() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let tree = toml::Table::try_from(Params::mi355x()).unwrap();
+        let mut cited = 0;
+        for (table, entries) in &tree {
+            for (key, entry) in entries.as_table().unwrap() {
+                let source = entry["source"].as_str().unwrap();
+                assert!(!source.contains("timing-notes"), "{table}.{key}: {source}");
+                for word in source.split(|c: char| c.is_whitespace() || "(),;:".contains(c)) {
+                    if word.starts_with("crates/") {
+                        assert!(root.join(word).is_file(), "{table}.{key} cites {word}");
+                        cited += 1;
+                    }
+                }
+            }
+        }
+        assert!(cited >= 12, "{cited} sources cite the crate's docs");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cu::Reason;
+use crate::reason::Reason;
 
 /// What to trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,21 +55,34 @@ pub(crate) struct TraceBuf {
 /// Thread id of SIMD `s`'s matrix-core track.
 const PIPE_TID: u32 = 10_000;
 
-fn reason_name(r: Reason) -> &'static str {
-    match r {
-        Reason::Issued => "issued",
-        Reason::Dependency => "stall: dependency",
-        Reason::MfmaHazard => "stall: mfma hazard",
-        Reason::WaitcntVm => "stall: waitcnt vmcnt",
-        Reason::WaitcntLgkm => "stall: waitcnt lgkmcnt",
-        Reason::Barrier => "stall: barrier",
-        Reason::IssueConflict => "stall: issue conflict",
-        Reason::PipeBusy => "stall: pipe busy",
-        Reason::Sleep => "stall: sleep",
-        Reason::Nop => "stall: s_nop",
-        Reason::Branch => "stall: branch",
-        Reason::Idle => "stall: not started",
-    }
+/// A slice of a trace track.
+struct Slice<'a> {
+    name: &'a str,
+    cat: &'static str,
+    /// Process (SIMD) and thread (wave or matrix-core track).
+    pid: u32,
+    tid: u32,
+    ts: u64,
+    dur: u64,
+    args: serde_json::Value,
+}
+
+/// An issued instruction on its wave's track.
+pub(crate) struct InstSlice {
+    /// The wave's track.
+    pub tid: u32,
+    /// Its SIMD.
+    pub simd: usize,
+    /// Issue cycle.
+    pub ts: u64,
+    /// Cycles until the wave's next issue (at most one slot).
+    pub dur: u64,
+    /// Mnemonic.
+    pub name: &'static str,
+    /// Its instruction class.
+    pub class: &'static str,
+    /// Its offset from the kernel's entry.
+    pub pc: u64,
 }
 
 impl TraceBuf {
@@ -116,80 +129,60 @@ impl TraceBuf {
         tid
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn slice(
-        &mut self,
-        name: &str,
-        cat: &'static str,
-        pid: u32,
-        tid: u32,
-        ts: u64,
-        dur: u64,
-        args: serde_json::Value,
-    ) {
-        if ts >= self.limit {
+    fn slice(&mut self, s: Slice<'_>) {
+        if s.ts >= self.limit {
             return;
         }
         self.trace.events.push(Event {
-            name: name.to_string(),
-            cat,
+            name: s.name.to_string(),
+            cat: s.cat,
             ph: "X",
-            ts,
-            dur: Some(dur.min(self.limit - ts)),
-            pid,
-            tid,
+            ts: s.ts,
+            dur: Some(s.dur.min(self.limit - s.ts)),
+            pid: s.pid,
+            tid: s.tid,
             s: None,
-            args,
+            args: s.args,
         });
     }
 
     /// An issued instruction.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn inst(
-        &mut self,
-        tid: u32,
-        simd: usize,
-        ts: u64,
-        dur: u64,
-        name: &str,
-        class: &'static str,
-        pc: u64,
-    ) {
-        self.slice(
-            name,
-            class,
-            simd as u32,
-            tid,
-            ts,
-            dur,
-            json!({ "pc": format!("{pc:#x}") }),
-        );
+    pub(crate) fn inst(&mut self, i: &InstSlice) {
+        self.slice(Slice {
+            name: i.name,
+            cat: i.class,
+            pid: i.simd as u32,
+            tid: i.tid,
+            ts: i.ts,
+            dur: i.dur,
+            args: json!({ "pc": format!("{:#x}", i.pc) }),
+        });
     }
 
     /// A stall from `from` to `to`.
     pub(crate) fn stall(&mut self, tid: u32, simd: usize, from: u64, to: u64, why: Reason) {
-        self.slice(
-            reason_name(why),
-            "stall",
-            simd as u32,
+        self.slice(Slice {
+            name: why.trace_label(),
+            cat: "stall",
+            pid: simd as u32,
             tid,
-            from,
-            to - from,
-            serde_json::Value::Null,
-        );
+            ts: from,
+            dur: to - from,
+            args: serde_json::Value::Null,
+        });
     }
 
     /// The matrix core of SIMD `simd` busy from `ts` for `dur`.
     pub(crate) fn pipe(&mut self, simd: usize, ts: u64, dur: u64, name: &str) {
-        self.slice(
+        self.slice(Slice {
             name,
-            "mfma",
-            simd as u32,
-            PIPE_TID + simd as u32,
+            cat: "mfma",
+            pid: simd as u32,
+            tid: PIPE_TID + simd as u32,
             ts,
             dur,
-            serde_json::Value::Null,
-        );
+            args: serde_json::Value::Null,
+        });
     }
 
     /// A barrier release of workgroup `wg`.

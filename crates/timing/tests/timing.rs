@@ -10,7 +10,8 @@ use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::{DeviceMemory, Program};
 use tilegen_testkit::llvm::{assemble, lld, llvm_mc, require_tool, scratch};
 use tilegen_timing::{
-    self as timing, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+    self as timing, CrossXcd, Method, Params, Prediction, Reason, TimingLaunch, TimingOptions,
+    TraceOptions,
 };
 
 /// Assembles `body` as kernel `name` (kernarg pointer in s[0:1], workgroup ids x, y in s2, s3,
@@ -152,12 +153,60 @@ fn a_dependent_valu_chain_costs_the_dependent_latency_per_step() {
     eprintln!("dependent v_fma_f32: {per:.2} cycles per step (model {want})");
     // One branch redirect per 32 steps is included.
     assert!((per - want).abs() <= 0.05 * want, "{per}");
-    let dep = b.stalls.iter().map(|s| s.cycles.dependency).sum::<u64>();
+    let dep = b
+        .stalls
+        .iter()
+        .map(|s| s.cycles[Reason::Dependency])
+        .sum::<u64>();
     assert!(
         dep > b.cycles / 3,
         "stalls are dependencies: {:?}",
         b.stalls
     );
+}
+
+/// `iters` times a `v_cmpx` (a VALU write of EXEC) followed by an independent MFMA.
+fn exec_then_mfma(iters: u32) -> String {
+    let mut s = format!("\ts_mov_b32 s10, {iters}\n.Lloop:\n");
+    s += "\tv_cmpx_le_u32_e32 vcc, 0, v0\n";
+    s += "\tv_mfma_f32_16x16x16_f16 v[8:11], v[4:5], v[6:7], v[8:11]\n";
+    s += "\ts_sub_u32 s10, s10, 1\n\ts_cmp_lg_u32 s10, 0\n\ts_cbranch_scc1 .Lloop\n";
+    s
+}
+
+#[test]
+fn a_valu_exec_write_holds_back_the_next_mfma() {
+    let (mut mem, prog) = kernel("exec_mfma", &exec_then_mfma(64), 0);
+    let launch = TimingLaunch {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_lds: 0,
+        kernarg: &[0; 16],
+    };
+    let mut with = |wait_states: f64| {
+        let mut p = Params::mi355x();
+        p.valu.exec_write_then_mfma_wait_states.value = wait_states;
+        let opts = TimingOptions::default();
+        timing::predict(&mut mem, &prog, &launch, &p, &opts).expect("predict")
+    };
+    let (off, on) = (with(0.0), with(4.0));
+    let documented = Params::mi355x().valu.exec_write_then_mfma_wait_states.get();
+    assert_eq!(
+        documented, 4.0,
+        "GCNHazardRecognizer's VALUWritesExecWaitStates"
+    );
+    // With no wait states the MFMA issues in the slot after the v_cmpx; with 4 it waits 4
+    // more slots of 4 clocks, every iteration.
+    let per = (on.cycles - off.cycles) as f64 / 64.0;
+    eprintln!("v_cmpx then MFMA: {per:.2} more cycles per iteration with 4 wait states");
+    assert!((per - 16.0).abs() < 0.5, "{per}");
+    let dep = |p: &Prediction| {
+        p.stalls
+            .iter()
+            .map(|s| s.cycles[Reason::Dependency])
+            .sum::<u64>()
+    };
+    assert!(dep(&on) > dep(&off));
 }
 
 /// 16 waves each issue `iters` x 32 `ds_read_b32` with lane addresses `lane << shift`.
@@ -285,7 +334,11 @@ fn waitcnt_vmcnt_after_a_global_load_adds_the_memory_latency() {
         (hit - want_hit).abs() < 0.05 * want_hit + 16.0,
         "{hit} vs {want_hit}"
     );
-    let vm = one.stalls.iter().map(|s| s.cycles.waitcnt_vm).sum::<u64>();
+    let vm = one
+        .stalls
+        .iter()
+        .map(|s| s.cycles[Reason::WaitcntVm])
+        .sum::<u64>();
     assert!(
         vm as f64 >= 0.9 * want_miss,
         "waitcnt vm stalls: {:?}",
@@ -322,7 +375,7 @@ fn more_iterations_are_never_faster_and_a_grid_of_256_takes_as_long_as_one() {
     // CUs simulated beside it: its one wave's SIMD mostly issues MFMAs.
     let simd0 = &one.stalls[0].cycles;
     assert!(
-        simd0.idle * 4 < simd0.total(),
+        simd0[Reason::Idle] * 4 < simd0.total(),
         "SIMD 0 of a one-workgroup grid: {simd0:?}"
     );
     assert!(

@@ -151,15 +151,7 @@ impl Emulator {
             self.dispatch_id,
             in_flight,
         )?;
-        let result = run_grid(
-            prog,
-            &self.memory,
-            &self.config,
-            &prepared.dispatch,
-            prepared.total,
-            prepared.waves_per_wg,
-            prepared.lds_bytes,
-        );
+        let result = run_grid(prog, &self.memory, &self.config, &prepared);
         prepared.release(&mut self.memory);
         result
     }
@@ -449,16 +441,20 @@ const GRID_CHUNK: u64 = 1 << 16;
 
 /// Runs every workgroup of the grid, streaming: workgroup indices are generated as they
 /// are run and results are folded as they come, so memory does not grow with the grid.
-#[allow(clippy::too_many_arguments)]
 fn run_grid(
     prog: &Program,
     mem: &DeviceMemory,
     config: &EmuConfig,
-    d: &DispatchState,
-    total: u64,
-    waves_per_wg: u32,
-    lds_bytes: u32,
+    launch: &PreparedLaunch,
 ) -> Result<Stats, Fault> {
+    let PreparedLaunch {
+        dispatch: d,
+        total,
+        waves_per_wg,
+        lds_bytes,
+        ..
+    } = launch;
+    let (total, waves_per_wg, lds_bytes) = (*total, *waves_per_wg, *lds_bytes);
     let control = &config.control;
     let budget =
         Budget::new(config.limits.wave_instruction_budget).with_cancel(control.cancel_flag());
