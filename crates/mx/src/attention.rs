@@ -209,16 +209,17 @@ impl AttentionProblem {
         let max_len = context_lens.iter().copied().max().unwrap_or(0).max(1) as usize;
         let shape =
             AttentionShape::for_contexts(batch, q_heads, kv_heads, head_dim, page_size, max_len)?;
-        let table = if page_size == 0 {
-            Vec::new()
-        } else {
-            let pages = shape.cache_rows / page_size;
-            let mut perm: Vec<i32> = (0..pages).map(|p| p as i32).collect();
-            for i in (1..pages).rev() {
-                perm.swap(i, rng.below(i + 1));
+        let table = match shape.cache_rows.checked_div(page_size) {
+            // A contiguous cache has no block table.
+            None => Vec::new(),
+            Some(pages) => {
+                let mut perm: Vec<i32> = (0..pages).map(|p| p as i32).collect();
+                for i in (1..pages).rev() {
+                    perm.swap(i, rng.below(i + 1));
+                }
+                perm.truncate(batch * shape.table_stride);
+                perm
             }
-            perm.truncate(batch * shape.table_stride);
-            perm
         };
         let cache_len = shape
             .cache_rows

@@ -184,7 +184,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = Corpus::open(&args.corpus())?;
+    let corpus = Corpus::open(args.corpus())?;
     let mut rows = calibration_rows(&corpus)?;
     let params = match &args.params {
         Some(p) => Params::from_file(p)?,
