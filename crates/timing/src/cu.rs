@@ -276,6 +276,60 @@ pub(crate) struct Cu {
 
 type Cand = (u8, u64, usize, usize);
 
+/// What executing one instruction told the model.
+struct Executed {
+    step: Step,
+    /// Its address, and the wave's next one.
+    pc: u64,
+    new_pc: u64,
+    /// Its program slot (`usize::MAX` when the PC is outside the program).
+    slot: usize,
+    /// Lanes EXEC enabled before it ran.
+    lanes: u64,
+    /// Extra LDS passes its bank conflicts took.
+    lds_conflicts: u64,
+}
+
+/// Executes wave `w` of `wg`'s next instruction through the emulator's interpreter, with the
+/// probe attached; a fault (or the wave's instruction budget spent) names the instruction.
+fn execute(wg: &mut Wg, w: usize, ctx: &mut Ctx<'_>) -> Result<Executed, TimingError> {
+    let wave = &mut wg.waves[w];
+    let pc = wave.pc;
+    let fault = |kind: FaultKind| Fault {
+        kernel: ctx.prog.name().to_string(),
+        workgroup: wg.id,
+        wave: w as u32,
+        pc,
+        inst: ctx.prog.disassemble(pc),
+        kind: Box::new(kind),
+    };
+    if wave.executed >= ctx.budget {
+        let e = FaultKind::Budget { budget: ctx.budget };
+        return Err(fault(e).into());
+    }
+    wave.executed += 1;
+    let slot = ctx.prog.slot(pc).map(|(s, _)| s).unwrap_or(usize::MAX);
+    let lanes = wave.exec().count_ones() as u64;
+    ctx.probe.vmem.valid = false;
+    let conflicts_before = ctx.stats.lds_bank_conflict_cycles;
+    let mut env = Env {
+        prog: ctx.prog,
+        mem: ctx.device,
+        stats: &mut ctx.stats,
+        counts: &mut ctx.counts,
+        probe: Some(&mut ctx.probe),
+    };
+    let step = interp::step(&mut env, wave, &mut wg.lds).map_err(fault)?;
+    Ok(Executed {
+        step,
+        pc,
+        new_pc: wave.pc,
+        slot,
+        lanes,
+        lds_conflicts: ctx.stats.lds_bank_conflict_cycles - conflicts_before,
+    })
+}
+
 impl Cu {
     /// CU `sim_index` of the simulation, on simulated XCD `xcd`, with room for `capacity`
     /// workgroups and idle `units`.
@@ -538,40 +592,14 @@ impl Cu {
         let Some(wg) = self.wgs[g].as_mut() else {
             return Ok(());
         };
-        let wave = &mut wg.waves[w];
-        let pc = wave.pc;
-        let fault = |kind: FaultKind| Fault {
-            kernel: ctx.prog.name().to_string(),
-            workgroup: wg.id,
-            wave: w as u32,
+        let Executed {
+            step,
             pc,
-            inst: ctx.prog.disassemble(pc),
-            kind: Box::new(kind),
-        };
-        if wave.executed >= ctx.budget {
-            let e = FaultKind::Budget { budget: ctx.budget };
-            return Err(fault(e).into());
-        }
-        wave.executed += 1;
-        let slot = ctx.prog.slot(pc).map(|(s, _)| s).unwrap_or(usize::MAX);
-        let exec_before = wave.exec();
-        ctx.probe.vmem.valid = false;
-        let conflicts_before = ctx.stats.lds_bank_conflict_cycles;
-        let step = {
-            let mut env = Env {
-                prog: ctx.prog,
-                mem: ctx.device,
-                stats: &mut ctx.stats,
-                counts: &mut ctx.counts,
-                probe: Some(&mut ctx.probe),
-            };
-            interp::step(&mut env, wave, &mut wg.lds)
-        };
-        let step = match step {
-            Ok(s) => s,
-            Err(e) => return Err(fault(e).into()),
-        };
-        let new_pc = wave.pc;
+            new_pc,
+            slot,
+            lanes,
+            lds_conflicts,
+        } = execute(wg, w, ctx)?;
         let Some(info) = ctx.infos.get(slot).and_then(|i| i.as_ref()) else {
             return Ok(());
         };
@@ -584,8 +612,8 @@ impl Cu {
             info,
             simd: s,
             t,
-            lanes: exec_before.count_ones() as u64,
-            lds_conflicts: ctx.stats.lds_bank_conflict_cycles - conflicts_before,
+            lanes,
+            lds_conflicts,
             taken: new_pc != pc + info.size as u64,
             ends: step == Step::End,
             slot,
