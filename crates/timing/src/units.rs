@@ -533,3 +533,78 @@ impl Units {
         booking
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tilegen_emu::exec::interp::Probe;
+
+    use super::*;
+    use crate::inst::tests_support::waitcnt;
+    use crate::mem::Scope;
+
+    /// Books `info` issued by SIMD 0 at `t` on `units`.
+    fn book(units: &mut Units, info: &InstInfo, t: u64) -> Booking {
+        let p = Params::mi355x();
+        let scope = Scope {
+            cus: 1,
+            xcds: 1,
+            gpu_share: 1.0,
+            l2_share: 1.0,
+            shares: Vec::new(),
+        };
+        let mut mem = MemSystem::new(&p, 2.0, &scope);
+        let probe = Probe::default();
+        let op = Op {
+            info,
+            simd: 0,
+            t,
+            lanes: 64,
+            lds_conflicts: 0,
+            taken: false,
+            ends: false,
+            slot: 0,
+        };
+        let mut shared = Shared {
+            mem: &mut mem,
+            probe: &probe.vmem,
+            cu: 0,
+            xcd: 0,
+        };
+        units.book(&op, &mut shared)
+    }
+
+    #[test]
+    fn a_valu_exec_write_sets_when_an_mfma_may_follow() {
+        let p = Params::mi355x();
+        let mut units = Units::new(&p, 4);
+        let mut info = waitcnt(0, 0);
+        info.unit = UnitKind::Valu;
+        info.busy = 4;
+        let b = book(&mut units, &info, 100);
+        assert_eq!(b.exec_for_mfma, None);
+        assert_eq!(units.ready(UnitKind::Valu, 0), 104);
+        info.writes_exec = true;
+        let b = book(&mut units, &info, 200);
+        // The v_cmpx's own slot and 4 wait states of 4 clocks.
+        assert_eq!(b.exec_for_mfma, Some(200 + 4 * (1 + 4)));
+    }
+
+    #[test]
+    fn an_lds_port_takes_its_queue_ahead_and_serves_in_order() {
+        let p = Params::mi355x();
+        let mut units = Units::new(&p, 4);
+        let mut info = waitcnt(0, 0);
+        info.unit = UnitKind::Lds;
+        info.ds_bytes = 16;
+        // 64 lanes x 16 bytes: 4 passes of 256 bytes at 128 bytes per clock.
+        let first = book(&mut units, &info, 0);
+        assert_eq!(first.counted, Some(Counted::Lds(8 + 64)));
+        let second = book(&mut units, &info, 0);
+        assert_eq!(second.counted, Some(Counted::Lds(16 + 64)));
+        // SIMD 1 shares the port; SIMD 2 has the other one. The queue holds 4 slots.
+        let queue = p.lds.queue_slots.count() * 4;
+        assert_eq!(units.ready(UnitKind::Lds, 1), 16u64.saturating_sub(queue));
+        assert_eq!(units.ready(UnitKind::Lds, 2), 0);
+        assert_eq!(units.lds.busy, 16);
+    }
+}
