@@ -334,6 +334,38 @@ fn refusals_name_the_rule() {
     );
 }
 
+/// `--model` is the MoE templates: every template of `templates/moe` is a model, named and
+/// described by its sizes in `--help`.
+#[test]
+fn models_are_the_moe_templates() {
+    let out = tilegen().args(["moe", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/moe");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let t: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let m = &t["model"];
+        let line = format!("- {}:", m["name"].as_str().unwrap(),);
+        let sizes = format!(
+            "{} experts, top-{}, hidden {}, intermediate {}",
+            m["experts"], m["topk"], m["hidden"], m["inter"]
+        );
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&line) && l.contains(&sizes)),
+            "{}: {line} {sizes} not in\n{help}",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 4);
+}
+
 /// The models' real sizes, in CI's budget: gpt-oss-20b (32 experts, hidden and intermediate
 /// 2880 padded to 3072) at one token, and DeepSeek-V3's hidden 7168 and intermediate 2048 with
 /// 8 of its 256 experts at one token (all 8 picked: 8 blocks of one row).

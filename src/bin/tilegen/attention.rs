@@ -3,7 +3,6 @@
 //! reference (non-zero exit on disagreement); `--timing` adds the MI355X timing model's
 //! prediction against the HBM roofline of the KV bytes read.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -17,12 +16,12 @@ use tilegen::kernels::attention::{
     AttentionBuffers, AttentionKernels, AttentionLaunchError, AttentionSpec,
 };
 use tilegen::mx::attention::{AttentionProblem, AttentionShape, reference_attention};
-use tilegen::runtime::{DevicePtr, EmuConfig, LaunchConfig, LaunchControl};
+use tilegen::runtime::{DevicePtr, LaunchConfig, Limits};
 use tilegen::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
-use crate::emu::{Progress, cli_error};
+use crate::session::Session;
 
 /// The HBM peak the roofline is drawn at (MI355X: 8.0 TB/s, HBM3E).
 const HBM_PEAK_GBS: f64 = 8000.0;
@@ -141,27 +140,12 @@ pub fn run(a: AttentionArgs) -> Result<()> {
         .check_inputs(&problem.inputs())
         .context("checking the inputs")?;
 
-    let chosen = crate::device::open(
-        a.device,
-        EmuConfig {
-            control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
-            ..EmuConfig::default()
-        },
-        tilegen_output::interrupt_flag(),
-    )?;
-    let device = chosen.device();
-    let emulated = device.as_emu();
-    let control = emulated.map(|e| e.control().clone()).unwrap_or_default();
-    let progress = Progress::start(
-        &control,
-        !a.json && emulated.is_some() && std::io::stderr().is_terminal(),
-    );
-    let result = kernels.run(device, &problem.inputs());
-    progress.finish();
-    let got = match result {
+    let session = Session::open(a.device.device, Limits::default(), a.json)?;
+    let device = session.device();
+    let got = match session.launch(|d| kernels.run(d, &problem.inputs())) {
         Ok(r) => r,
         Err(AttentionLaunchError::Runtime(e)) => {
-            return Err(cli_error(e, &control))
+            return Err(session.error(e))
                 .with_context(|| format!("running {}", kernels.main().name()));
         }
         Err(e) => return Err(e).with_context(|| format!("running {}", kernels.main().name())),

@@ -4,14 +4,10 @@
 //! library `$TILEGEN_HSA_LIB` names) when the runtime loads, initializes and has one; else the
 //! emulator. The choice and its reason go to stderr, so `--json` output stays clean.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
 use anyhow::Result;
 use clap::Args;
 use tilegen::runtime::hsa::{self, AgentInfo, DeviceType};
-use tilegen::runtime::select::{Chosen, DeviceChoice, GFX950, first_gfx950};
-use tilegen::runtime::{EmuConfig, HsaOptions, choose};
+use tilegen::runtime::select::{DeviceChoice, GFX950, first_gfx950};
 
 /// The `--device` flag.
 #[derive(Args, Clone, Copy)]
@@ -21,14 +17,6 @@ pub struct DeviceArgs {
     /// the library). `tilegen devices` lists what there is.
     #[arg(long, default_value = "auto", value_name = "auto|emu|hsa[:N]")]
     pub device: DeviceChoice,
-}
-
-/// Opens the device `args` choose (`emu` built from `emu`; an HSA device stops waiting on
-/// `cancel`), telling stderr which and why.
-pub fn open(args: DeviceArgs, emu: EmuConfig, cancel: Arc<AtomicBool>) -> Result<Chosen> {
-    let chosen = choose(args.device, emu, HsaOptions::new().cancel_flag(cancel))?;
-    eprintln!("device: {}", chosen.reason());
-    Ok(chosen)
 }
 
 #[derive(Args)]

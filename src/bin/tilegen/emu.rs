@@ -6,12 +6,9 @@
 //! emulation starts, output files included. A long emulation shows its progress on a
 //! terminal and stops cleanly on Ctrl-C.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
@@ -20,12 +17,10 @@ use tilegen::emu::exec::limits::{
     DEFAULT_MAX_WORK_ITEMS, DEFAULT_MAX_WORKGROUPS, DEFAULT_WAVE_INSTRUCTION_BUDGET,
     default_max_memory,
 };
-use tilegen::emu::exec::{AllocError, FaultKind, LimitError, LoadError};
-use tilegen::runtime::{
-    ArgValue, Device, DeviceChoice, DevicePtr, EmuConfig, LaunchConfig, LaunchControl, Limits,
-    RuntimeError, launch,
-};
-use tilegen_output::{Output, OutputError};
+use tilegen::runtime::{ArgValue, Device, DeviceChoice, DevicePtr, LaunchConfig, Limits, launch};
+use tilegen_output::Output;
+
+use crate::session::{Session, limit_text};
 
 #[derive(Subcommand)]
 pub enum EmuCommand {
@@ -38,8 +33,10 @@ pub enum EmuCommand {
     Time(TimeArgs),
 }
 
+/// The launch `emu run` and `emu time` take: a kernel of a code object, its grid, block and
+/// arguments.
 #[derive(Args)]
-pub struct TimeArgs {
+pub struct LaunchArgs {
     /// The code object (.hsaco).
     code_object: PathBuf,
     /// Kernel name (optional when the code object has one kernel).
@@ -54,11 +51,28 @@ pub struct TimeArgs {
     /// LDS bytes on top of the kernel's static LDS.
     #[arg(long, default_value_t = 0)]
     dynamic_lds: u32,
-    /// Explicit arguments in the metadata's order, as for `emu run`, plus zero:BYTES (a zeroed
-    /// buffer that takes no host memory until written). Outputs are not written: the model
-    /// runs only a sample of the workgroups.
+    /// Explicit arguments in the metadata's order: in:FILE, out:FILE:BYTES, inout:FILE,
+    /// zero:BYTES (a zeroed buffer; the timing model takes no host memory for it until it is
+    /// written), i32:N, i64:N, f32:X, null. `emu time` writes no outputs: the model runs only a
+    /// sample of the workgroups.
     #[arg(long = "arg", value_parser = Arg::from_str)]
     args: Vec<Arg>,
+}
+
+impl LaunchArgs {
+    fn config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid: self.grid,
+            block: self.block,
+            dynamic_lds: self.dynamic_lds,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct TimeArgs {
+    #[command(flatten)]
+    launch: LaunchArgs,
     #[command(flatten)]
     model: crate::timing::ModelArgs,
     /// Print the prediction as JSON (`us`, `mfma_busy`, `hbm_gbs`, `bound`, stalls, ...).
@@ -68,24 +82,8 @@ pub struct TimeArgs {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The code object (.hsaco).
-    code_object: PathBuf,
-    /// Kernel name (optional when the code object has one kernel).
-    #[arg(long)]
-    kernel: Option<String>,
-    /// Workgroups per dimension, as HIP's gridDim: X[,Y[,Z]].
-    #[arg(long, value_parser = parse_dim3)]
-    grid: [u32; 3],
-    /// Work-items per workgroup: X[,Y[,Z]].
-    #[arg(long, value_parser = parse_dim3)]
-    block: [u32; 3],
-    /// LDS bytes on top of the kernel's static LDS.
-    #[arg(long, default_value_t = 0)]
-    dynamic_lds: u32,
-    /// Explicit arguments in the metadata's order: in:FILE, out:FILE:BYTES, inout:FILE, i32:N,
-    /// i64:N, f32:X, null.
-    #[arg(long = "arg", value_parser = Arg::from_str)]
-    args: Vec<Arg>,
+    #[command(flatten)]
+    launch: LaunchArgs,
     /// Print instructions executed by class and the run's wall time.
     #[arg(long)]
     stats: bool,
@@ -239,105 +237,6 @@ fn pick<'a>(co: &'a CodeObject, name: Option<&str>) -> Result<&'a Kernel> {
     }
 }
 
-/// A limit error in the command line's words: what was asked, the limit, and the flag that
-/// raises it.
-fn limit_text(e: &LimitError) -> String {
-    match e {
-        LimitError::Memory {
-            what,
-            requested,
-            in_use,
-            limit,
-        } => format!(
-            "{what} needs {requested} bytes, more than the {} bytes left of the device memory limit of {limit} bytes ({in_use} in use); raise the limit with --max-memory BYTES",
-            limit.saturating_sub(*in_use)
-        ),
-        LimitError::HostMemory { what, requested } => format!(
-            "the host could not allocate {requested} bytes for {what} (within --max-memory, but more than the machine has free)"
-        ),
-        LimitError::Overflow { what } => format!("the size of {what} overflows 64 bits"),
-        LimitError::Workgroups {
-            grid,
-            workgroups,
-            limit,
-        } => format!(
-            "a grid of {grid:?} is {workgroups} workgroups, over the limit of {limit}; raise the limit with --max-workgroups N"
-        ),
-        LimitError::WorkItems {
-            grid,
-            block,
-            work_items,
-            limit,
-        } => format!(
-            "a grid of {grid:?} workgroups of {block:?} is {work_items} work-items, over the limit of {limit}; raise the limit with --max-work-items N"
-        ),
-    }
-}
-
-/// A runtime error as the command line reports it: one message, naming the flag that raises
-/// the limit it hit; an interruption ends the chain in [`OutputError::Interrupted`] (exit
-/// status 130).
-pub(crate) fn cli_error(e: RuntimeError, control: &LaunchControl) -> anyhow::Error {
-    // The emulator's own errors are the sources of the device-neutral ones.
-    match &e {
-        RuntimeError::Limit(l) => match l.downcast_ref::<LimitError>() {
-            Some(l) => anyhow!("{}", limit_text(l)),
-            None => anyhow!("{e}"),
-        },
-        RuntimeError::Alloc { bytes, source } => match source.downcast_ref::<AllocError>() {
-            Some(AllocError::Limit(l)) => anyhow!(
-                "allocating {bytes} bytes of device memory: {}",
-                limit_text(l)
-            ),
-            _ => anyhow!("{e}"),
-        },
-        RuntimeError::Load(source) => match source.downcast_ref::<LoadError>() {
-            Some(LoadError::Alloc(AllocError::Limit(l))) => anyhow!(
-                "preparing the kernels: allocating the code object image: {}",
-                limit_text(l)
-            ),
-            _ => anyhow!("{e}"),
-        },
-        RuntimeError::Interrupted => {
-            let (done, total) = control.progress();
-            anyhow::Error::new(OutputError::Interrupted).context(format!(
-                "the emulation stopped after {done} of {total} workgroups"
-            ))
-        }
-        RuntimeError::Fault(f) => {
-            let Some(emulated) = f
-                .cause()
-                .and_then(|c| c.downcast_ref::<tilegen::emu::exec::Fault>())
-            else {
-                return anyhow!("{e}");
-            };
-            let [x, y, z] = emulated.workgroup;
-            let place = format!(
-                "kernel fault: kernel `{}`, workgroup ({x}, {y}, {z}), wave {}, pc {:#x}{}",
-                emulated.kernel,
-                emulated.wave,
-                emulated.pc,
-                if emulated.inst.is_empty() {
-                    String::new()
-                } else {
-                    format!(", `{}`", emulated.inst)
-                }
-            );
-            match &*emulated.kind {
-                FaultKind::Budget { budget } => anyhow!(
-                    "{place}: the wave executed its budget of {budget} instructions without ending (an endless loop?); raise the budget with --instruction-budget N"
-                ),
-                FaultKind::BarrierDeadlock { .. } => anyhow!(
-                    "{place}: {}; raise the budget with --instruction-budget N",
-                    emulated.kind
-                ),
-                _ => anyhow!("{e}"),
-            }
-        }
-        _ => anyhow!("{e}"),
-    }
-}
-
 /// Checks that `bytes` of device memory for `what` fit under the limit before anything is
 /// read or allocated.
 fn check_fits(what: &str, bytes: u64, limit: u64) -> Result<()> {
@@ -362,19 +261,20 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         max_work_items: a.max_work_items,
         wave_instruction_budget: a.instruction_budget,
     };
+    let l = &a.launch;
     // Refused before anything is read: a grid over the limits, buffers and inputs that cannot
     // fit in device memory, outputs that cannot be written.
     limits
-        .check_grid(a.grid, a.block)
+        .check_grid(l.grid, l.block)
         .map_err(|e| anyhow!("{}", limit_text(&e)))?;
-    let mut planned = file_len(&a.code_object)?;
+    let mut planned = file_len(&l.code_object)?;
     check_fits(
-        &format!("the code object {}", a.code_object.display()),
+        &format!("the code object {}", l.code_object.display()),
         planned,
         limits.max_memory,
     )?;
     let mut checked_outputs = Vec::new();
-    for arg in &a.args {
+    for arg in &l.args {
         let (what, bytes) = match arg {
             Arg::In(f) | Arg::InOut(f) => (format!("--arg {}", f.display()), file_len(f)?),
             Arg::Out(f, n) => (format!("--arg out:{}:{n}", f.display()), *n),
@@ -401,45 +301,29 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         }
         None
     };
-    let bytes = std::fs::read(&a.code_object)
-        .with_context(|| format!("reading {}", a.code_object.display()))?;
-    // Ctrl-C (SIGINT/SIGTERM) raises this flag from now on instead of ending the process: the
-    // launch stops at its next check, within milliseconds, and the command fails with
-    // "interrupted" (status 130).
-    let config = EmuConfig {
-        limits,
-        control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
-        ..EmuConfig::default()
-    };
-    let chosen = crate::device::open(
-        crate::device::DeviceArgs { device: a.device },
-        config,
-        tilegen_output::interrupt_flag(),
-    )?;
-    let dev = chosen.device();
-    let control = dev
-        .as_emu()
-        .map(|e| e.control().clone())
-        .unwrap_or_default();
+    let bytes = std::fs::read(&l.code_object)
+        .with_context(|| format!("reading {}", l.code_object.display()))?;
+    let session = Session::open(a.device, limits, a.json)?;
+    let dev = session.device();
     let module = dev
         .load(&bytes)
-        .map_err(|e| cli_error(e, &control))
-        .with_context(|| format!("loading {}", a.code_object.display()))?;
+        .map_err(|e| session.error(e))
+        .with_context(|| format!("loading {}", l.code_object.display()))?;
     drop(bytes);
-    let kernel = pick(module.code_object(), a.kernel.as_deref())?
+    let kernel = pick(module.code_object(), l.kernel.as_deref())?
         .name()
         .to_string();
     let mut values = Vec::new();
     // Buffers to write back after the run: (device pointer, bytes, file).
     let mut outputs: Vec<(DevicePtr, u64, Output)> = Vec::new();
     let mut checked_outputs = checked_outputs.into_iter();
-    for arg in &a.args {
+    for arg in &l.args {
         let value = match arg {
             Arg::In(f) | Arg::InOut(f) => {
                 let data = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
                 let p = dev
                     .alloc(data.len().max(1) as u64)
-                    .map_err(|e| cli_error(e, &control))?;
+                    .map_err(|e| session.error(e))?;
                 dev.copy_to_device(p, &data)?;
                 if let Arg::InOut(_) = arg
                     && let Some(out) = checked_outputs.next()
@@ -449,14 +333,14 @@ fn run_kernel(a: RunArgs) -> Result<()> {
                 ArgValue::Ptr(p)
             }
             Arg::Out(_, n) => {
-                let p = dev.alloc((*n).max(1)).map_err(|e| cli_error(e, &control))?;
+                let p = dev.alloc((*n).max(1)).map_err(|e| session.error(e))?;
                 if let Some(out) = checked_outputs.next() {
                     outputs.push((p, *n, out));
                 }
                 ArgValue::Ptr(p)
             }
             Arg::Zero(n) => {
-                let p = dev.alloc(*n).map_err(|e| cli_error(e, &control))?;
+                let p = dev.alloc(*n).map_err(|e| session.error(e))?;
                 // Devices need not hand out zeroed memory: clear it, a few MiB at a time.
                 let chunk = vec![0u8; (*n).min(8 << 20) as usize];
                 let mut at = 0u64;
@@ -474,38 +358,25 @@ fn run_kernel(a: RunArgs) -> Result<()> {
         };
         values.push(value);
     }
-    let config = LaunchConfig {
-        grid: a.grid,
-        block: a.block,
-        dynamic_lds: a.dynamic_lds,
-    };
+    let config = l.config();
     tilegen_output::check_interrupted()?;
-    let progress = Progress::start(&control, !a.json && std::io::stderr().is_terminal());
-    let report = launch(dev, &module, &kernel, &config, &values);
-    progress.finish();
-    let report = report
-        .map_err(|e| cli_error(e, &control))
+    let report = session
+        .launch(|dev| launch(dev, &module, &kernel, &config, &values))
+        .map_err(|e| session.error(e))
         .with_context(|| format!("running {kernel}"))?;
     for (p, n, out) in &outputs {
         write_back(dev, *p, *n, out)?;
     }
     let prediction = match trace_out {
-        Some(trace_out) => Some(predict_args(
-            &a.code_object,
-            &kernel,
-            &config,
-            &a.args,
-            &a.model,
-            trace_out,
-        )?),
+        Some(trace_out) => Some(predict_args(l, &kernel, &a.model, trace_out)?),
         None => None,
     };
     let stats = report.stats.clone().unwrap_or_default();
     if a.json {
         let v = serde_json::json!({
             "kernel": kernel,
-            "grid": a.grid,
-            "block": a.block,
+            "grid": l.grid,
+            "block": l.block,
             "wall_seconds": report.wall.as_secs_f64(),
             "stats": report.stats,
             "outputs": outputs.iter().map(|(_, n, o)| serde_json::json!({"file": o.path(), "bytes": n})).collect::<Vec<_>>(),
@@ -516,7 +387,7 @@ fn run_kernel(a: RunArgs) -> Result<()> {
     }
     println!(
         "ran {kernel} on a {:?} grid of {:?} work-items",
-        a.grid, a.block
+        l.grid, l.block
     );
     for (_, n, o) in &outputs {
         println!("  wrote {} ({n} bytes)", o.path().display());
@@ -547,15 +418,14 @@ fn run_kernel(a: RunArgs) -> Result<()> {
 /// The model's view of the `--arg`s: inputs as their bytes, outputs and zero buffers as lazily
 /// zeroed memory.
 fn predict_args(
-    code_object: &std::path::Path,
+    launch: &LaunchArgs,
     kernel: &str,
-    config: &LaunchConfig,
-    args: &[Arg],
     model: &crate::timing::ModelArgs,
     trace_out: Option<Output>,
 ) -> Result<tilegen::timing::Prediction> {
     use crate::timing::TimedArg;
-    let timed = args
+    let timed = launch
+        .args
         .iter()
         .map(|a| {
             Ok(match a {
@@ -568,9 +438,11 @@ fn predict_args(
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let code_object = &launch.code_object;
     let bytes =
         std::fs::read(code_object).with_context(|| format!("reading {}", code_object.display()))?;
-    crate::timing::predict(&bytes, kernel, config, model, trace_out, |memory| {
+    let config = launch.config();
+    crate::timing::predict(&bytes, kernel, &config, model, trace_out, |memory| {
         crate::timing::materialize(memory, &timed)
     })
 }
@@ -578,30 +450,19 @@ fn predict_args(
 /// `tilegen emu time`.
 fn time(a: TimeArgs) -> Result<()> {
     let trace_out = a.model.check()?;
-    let bytes = std::fs::read(&a.code_object)
-        .with_context(|| format!("reading {}", a.code_object.display()))?;
+    let l = &a.launch;
+    let bytes = std::fs::read(&l.code_object)
+        .with_context(|| format!("reading {}", l.code_object.display()))?;
     let co = CodeObject::parse(&bytes)
-        .with_context(|| format!("reading {}", a.code_object.display()))?;
-    let kernel = pick(&co, a.kernel.as_deref())?.name().to_string();
-    let config = LaunchConfig {
-        grid: a.grid,
-        block: a.block,
-        dynamic_lds: a.dynamic_lds,
-    };
-    let p = predict_args(
-        &a.code_object,
-        &kernel,
-        &config,
-        &a.args,
-        &a.model,
-        trace_out,
-    )?;
+        .with_context(|| format!("reading {}", l.code_object.display()))?;
+    let kernel = pick(&co, l.kernel.as_deref())?.name().to_string();
+    let p = predict_args(l, &kernel, &a.model, trace_out)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
         println!(
             "{kernel} on a {:?} grid of {:?} work-items",
-            a.grid, a.block
+            l.grid, l.block
         );
         crate::timing::describe(&p, &mut std::io::stdout())?;
         if let Some(t) = &a.model.trace {
@@ -628,54 +489,6 @@ fn write_back(dev: &dyn Device, p: DevicePtr, n: u64, out: &Output) -> Result<()
     }
     file.commit()?;
     Ok(())
-}
-
-/// A progress bar of finished workgroups on stderr, drawn from a thread that polls the
-/// launch's counters (so the emulator pays one relaxed atomic add per workgroup). It appears
-/// only after half a second, so short runs print nothing.
-pub(crate) struct Progress {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Progress {
-    pub(crate) fn start(control: &LaunchControl, show: bool) -> Progress {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = show.then(|| {
-            let (stop, control) = (stop.clone(), control.clone());
-            std::thread::spawn(move || {
-                let tick = Duration::from_millis(100);
-                for _ in 0..5 {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(tick);
-                }
-                let (_, total) = control.progress();
-                let bar = indicatif::ProgressBar::new(total);
-                if let Ok(style) = indicatif::ProgressStyle::with_template(
-                    "{elapsed_precise} [{bar:30}] {pos}/{len} workgroups, ETA {eta} (Ctrl-C stops)",
-                ) {
-                    bar.set_style(style.progress_chars("=> "));
-                }
-                while !stop.load(Ordering::Relaxed) {
-                    let (done, total) = control.progress();
-                    bar.set_length(total);
-                    bar.set_position(done);
-                    std::thread::sleep(tick);
-                }
-                bar.finish_and_clear();
-            })
-        });
-        Progress { stop, thread }
-    }
-
-    pub(crate) fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn disasm(a: DisasmArgs) -> Result<()> {

@@ -7,15 +7,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use std::io::IsTerminal;
 
 use tilegen::kernels::LaunchError;
 use tilegen::mx::{MxMatrix, reference_gemm};
-use tilegen::runtime::{EmuConfig, LaunchControl};
+use tilegen::runtime::Limits;
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
-use crate::emu::{Progress, cli_error};
+use crate::session::Session;
 use crate::spec::SpecArgs;
 
 #[derive(Args)]
@@ -126,30 +125,12 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .prepare_inputs(&am, &bm)
         .context("preparing inputs")?;
     let prep_s = t.elapsed().as_secs_f64();
-    // Ctrl-C stops the emulation (or the wait for a GPU) at its next check (the command then
-    // exits with 130).
-    let chosen = crate::device::open(
-        a.device,
-        EmuConfig {
-            control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
-            ..EmuConfig::default()
-        },
-        tilegen_output::interrupt_flag(),
-    )?;
-    let device = chosen.device();
-    let emulated = device.as_emu();
-    let control = emulated.map(|e| e.control().clone()).unwrap_or_default();
-    let progress = Progress::start(
-        &control,
-        !a.json && emulated.is_some() && std::io::stderr().is_terminal(),
-    );
-    let result = kernel.run(device, &inputs);
-    progress.finish();
-    let (c, report) = match result {
+    let session = Session::open(a.device.device, Limits::default(), a.json)?;
+    let device = session.device();
+    let (c, report) = match session.launch(|d| kernel.run(d, &inputs)) {
         Ok(r) => r,
         Err(LaunchError::Runtime(e)) => {
-            return Err(cli_error(e, &control))
-                .with_context(|| format!("running {}", kernel.name()));
+            return Err(session.error(e)).with_context(|| format!("running {}", kernel.name()));
         }
         Err(e) => return Err(e).with_context(|| format!("running {}", kernel.name())),
     };

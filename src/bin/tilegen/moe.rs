@@ -13,125 +13,70 @@
 //! (Kimi-K2's 384 experts, 9 GB) runs when the touched ones do.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{IsTerminal, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::{Args, ValueEnum};
-use half::bf16;
+use clap::Args;
 use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
 use tilegen::kernels::moe::{
-    Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeShape, MoeSpec,
-    PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes, route,
+    Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeRouter, MoeShape,
+    MoeSpec, MoeTemplate, PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes,
+    route,
 };
 use tilegen::kernels::{CachePolicy, KernelSpec, MfmaShape};
 use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
-use tilegen::mx::weights::{METADATA_KEY, PreshuffleRecord, TensorRecord};
-use tilegen::mx::{MX_BLOCK, MxMatrix, Shuffler};
-use tilegen::runtime::{Device, DevicePtr, EmuConfig, LaunchControl, RuntimeError};
+use tilegen::mx::weights::MoeWeightFile;
+use tilegen::runtime::{DevicePtr, Limits, RuntimeError};
 use tilegen::timing::{self, Params, TimingLaunch, TimingOptions};
 
 use crate::device::DeviceArgs;
-use crate::emu::{Progress, cli_error};
+use crate::models::MoeModelParser;
+use crate::session::Session;
 
-/// Models whose MoE layers the command knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Model {
-    /// 32 experts, top-4, hidden 2880, intermediate 2880, SwiGLU, top-k then softmax.
-    #[value(name = "gpt-oss-20b")]
-    GptOss20b,
-    /// 128 experts, top-4, hidden 2880, intermediate 2880, SwiGLU, top-k then softmax.
-    #[value(name = "gpt-oss-120b")]
-    GptOss120b,
-    /// 256 experts, top-8, hidden 7168, intermediate 2048, SiLU, grouped sigmoid routing.
-    #[value(name = "deepseek-v3")]
-    DeepseekV3,
-    /// 384 experts, top-8, hidden 7168, intermediate 2048, SiLU, sigmoid routing.
-    #[value(name = "kimi-k2")]
-    KimiK2,
-}
-
-impl Model {
-    /// The name on the command line.
-    fn name(self) -> String {
-        self.to_possible_value()
-            .map(|v| v.get_name().to_string())
-            .unwrap_or_default()
-    }
-
-    fn shape(self) -> MoeShape {
-        let (experts, topk, hidden, inter) = match self {
-            Model::GptOss20b => (32, 4, 2880, 2880),
-            Model::GptOss120b => (128, 4, 2880, 2880),
-            Model::DeepseekV3 => (256, 8, 7168, 2048),
-            Model::KimiK2 => (384, 8, 7168, 2048),
-        };
-        MoeShape {
-            experts,
-            topk,
-            hidden,
-            inter,
-        }
-    }
-
-    /// Whether the model's experts carry biases.
-    fn bias(self) -> bool {
-        matches!(self, Model::GptOss20b | Model::GptOss120b)
-    }
-
-    fn activation(self) -> Activation {
-        match self {
-            Model::GptOss20b | Model::GptOss120b => Activation::Swiglu,
-            Model::DeepseekV3 | Model::KimiK2 => Activation::SiluMul,
-        }
-    }
-
-    /// The router; the sigmoid routers' per-expert bias is random (a trained layer's is
-    /// learned), small next to the scores. DeepSeek's 8 groups (best 4 kept) hold with its 256
-    /// experts; fewer experts (`--experts`) that cannot hold top-k in 4 groups route ungrouped.
-    fn scoring(self, experts: usize, topk: usize, seed: u64) -> Scoring {
-        let bias = || {
-            let mut s = seed ^ 0xb1a5;
-            (0..experts)
-                .map(|_| {
-                    s = s
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02
-                })
-                .collect()
-        };
-        match self {
-            Model::GptOss20b | Model::GptOss120b => Scoring::TopkSoftmax,
-            Model::DeepseekV3 => {
-                let grouped = experts.is_multiple_of(8) && experts / 8 * 4 >= topk;
-                Scoring::SigmoidGrouped {
-                    groups: if grouped { 8 } else { 1 },
-                    keep: if grouped { 4 } else { 1 },
-                    bias: bias(),
-                    scale: 2.5,
-                }
-            }
-            Model::KimiK2 => Scoring::SigmoidGrouped {
-                groups: 1,
-                keep: 1,
+/// The router of `t`'s layer for `experts` experts with top-`topk`. A sigmoid router's selection
+/// bias is random here (a trained layer's is learned), small next to the scores. The template's
+/// groups hold with its experts; fewer experts (`--experts`) that cannot hold top-k in the kept
+/// groups route ungrouped.
+fn scoring(t: &MoeTemplate, experts: usize, topk: usize, seed: u64) -> Scoring {
+    let bias = || {
+        let mut s = seed ^ 0xb1a5;
+        (0..experts)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02
+            })
+            .collect()
+    };
+    match t.model.router {
+        MoeRouter::TopkSoftmax => Scoring::TopkSoftmax,
+        MoeRouter::SoftmaxTopk { renormalize } => Scoring::SoftmaxTopk { renormalize },
+        MoeRouter::SigmoidGrouped {
+            groups,
+            keep,
+            scale,
+        } => {
+            let grouped = experts.is_multiple_of(groups) && experts / groups * keep >= topk;
+            Scoring::SigmoidGrouped {
+                groups: if grouped { groups } else { 1 },
+                keep: if grouped { keep } else { 1 },
                 bias: bias(),
-                scale: 2.827,
-            },
+                scale,
+            }
         }
     }
 }
 
 #[derive(Args)]
 pub struct MoeArgs {
-    /// The model whose layer to run (sizes, activation, router).
-    #[arg(long, value_enum)]
-    model: Model,
+    /// The model whose layer to run (sizes, activation, router): one of the MoE templates.
+    #[arg(long, value_parser = MoeModelParser)]
+    model: MoeTemplate,
     /// Tokens in the batch.
     #[arg(long)]
     tokens: usize,
@@ -243,37 +188,35 @@ impl MoeArgs {
 /// Where the experts' weights come from.
 enum Source {
     Random(u64),
-    File(Box<WeightFile>),
+    File(Box<MoeWeightFile>),
 }
 
 pub fn run(a: MoeArgs) -> Result<()> {
-    let file = match &a.weights {
-        Some(p) => Some(WeightFile::open(p, a.layer.as_deref())?),
-        None => None,
-    };
+    let file = a
+        .weights
+        .as_deref()
+        .map(|p| MoeWeightFile::open(p, a.layer.as_deref()))
+        .transpose()?;
     let mut shape = a.model.shape();
     if let Some(f) = &file {
         if a.hidden.is_some() || a.inter.is_some() || a.experts.is_some() {
             bail!("--experts, --hidden and --inter come from the weights file with --weights");
         }
-        shape = MoeShape {
-            topk: shape.topk,
-            ..f.shape
-        };
+        shape = f.shape(shape.topk);
     }
     shape.experts = a.experts.unwrap_or(shape.experts);
     shape.topk = a.topk.unwrap_or(shape.topk);
     shape.hidden = a.hidden.unwrap_or(shape.hidden);
     shape.inter = a.inter.unwrap_or(shape.inter);
     let bias = match (&file, a.bias) {
-        (Some(f), Some(true)) if f.bias.is_none() => bail!(
+        (Some(f), Some(true)) if !f.has_bias() => bail!(
             "--bias true, but {} has no expert biases (<prefix>gate_up_proj_bias / mlp1_bias and down_proj_bias / mlp2_bias)",
-            f.path.display()
+            f.path().display()
         ),
-        (Some(f), b) => b.unwrap_or(f.bias.is_some()),
-        (None, b) => b.unwrap_or(a.model.bias()),
+        (Some(f), b) => b.unwrap_or(f.has_bias()),
+        (None, b) => b.unwrap_or(a.model.model.bias),
     };
-    let spec = a.spec(a.model.activation(), bias);
+    let spec = a.spec(a.model.model.activation, bias);
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate().context("checking the kernels' spec")?;
     spec.check_shape(&shape)
@@ -288,7 +231,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
     let most_touched = shape.experts.min(a.tokens.saturating_mul(shape.topk));
     let per_expert: usize = expert_bytes(&shape)?.iter().sum();
     check_host(&shape, a.tokens, most_touched, per_expert)?;
-    let scoring = a.model.scoring(shape.experts, shape.topk, a.seed);
+    let scoring = scoring(&a.model, shape.experts, shape.topk, a.seed);
     let routing = random_routing(&shape, a.tokens, &scoring, a.seed)?;
     let counts = routing.counts();
     let touched: Vec<usize> = (0..shape.experts).filter(|&e| counts[e] > 0).collect();
@@ -300,7 +243,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
         None => Source::Random(a.seed),
     };
     let mut summary = json!({
-        "model": a.model.name(),
+        "model": a.model.model.name,
         "shape": shape,
         "padded": {"hidden": shape.hidden_padded(), "inter": shape.inter_padded()},
         "tokens": a.tokens,
@@ -321,28 +264,12 @@ pub fn run(a: MoeArgs) -> Result<()> {
     });
     let mut passed = true;
     if !a.no_run {
-        // Ctrl-C stops the emulation (or the wait for a GPU) at its next check.
-        let chosen = crate::device::open(
-            a.device,
-            EmuConfig {
-                control: LaunchControl::with_cancel_flag(tilegen_output::interrupt_flag()),
-                ..EmuConfig::default()
-            },
-            tilegen_output::interrupt_flag(),
-        )?;
-        let device = chosen.device();
-        summary["device"] = device.name().into();
-        let control = device
-            .as_emu()
-            .map(|e| e.control().clone())
-            .unwrap_or_default();
-        let show = !a.json && device.as_emu().is_some() && std::io::stderr().is_terminal();
-        if device.as_emu().is_some() {
+        let session = Session::open(a.device.device, Limits::default(), a.json)?;
+        summary["device"] = session.device().name().into();
+        if session.is_emulated() {
             check_device(&shape, a.tokens, touched.len(), per_expert)?;
         }
-        let checked = run_and_check(
-            &a, device, &control, show, &layer, &shape, &routing, &touched, &source,
-        )?;
+        let checked = run_and_check(&a, &session, &layer, &shape, &routing, &touched, &source)?;
         passed = checked["passed"].as_bool().unwrap_or(false);
         summary["run"] = checked;
     }
@@ -414,12 +341,9 @@ fn check_device(shape: &MoeShape, tokens: usize, touched: usize, per_expert: usi
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_and_check(
     a: &MoeArgs,
-    device: &dyn Device,
-    control: &LaunchControl,
-    show_progress: bool,
+    session: &Session,
     layer: &MoeLayer,
     shape: &MoeShape,
     routing: &Routing,
@@ -427,14 +351,14 @@ fn run_and_check(
     source: &Source,
 ) -> Result<serde_json::Value> {
     let on_runtime = |e: MoeError| match e {
-        MoeError::Runtime { stage, source } => {
-            cli_error(source, control).context(format!("running the {stage} kernel"))
-        }
+        MoeError::Runtime { stage, source } => session
+            .error(source)
+            .context(format!("running the {stage} kernel")),
         e => anyhow::Error::from(e),
     };
     let t = Instant::now();
     let bias = layer.spec().has_bias();
-    let weights = DeviceWeights::new(device, shape, bias).map_err(on_runtime)?;
+    let weights = DeviceWeights::new(session.device(), shape, bias).map_err(on_runtime)?;
     let mut experts: Vec<Option<ExpertWeights>> = vec![None; shape.experts];
     for &e in touched {
         let (pre, logical) = match source {
@@ -445,17 +369,28 @@ fn run_and_check(
                 }
                 (PreshuffledExpert::new(shape, &w)?, w)
             }
-            Source::File(f) => f.expert(shape, e, bias)?,
+            Source::File(f) => {
+                let x = f
+                    .expert(e, bias)
+                    .with_context(|| format!("reading expert {e} of {}", f.path().display()))?;
+                let pre = PreshuffledExpert {
+                    gate_up: x.gate_up,
+                    gate_up_scales: x.gate_up_scales,
+                    down: x.down,
+                    down_scales: x.down_scales,
+                    bias: x.weights.bias.clone(),
+                };
+                (pre, x.weights)
+            }
         };
         weights.write(e, &pre).map_err(on_runtime)?;
         experts[e] = Some(logical);
     }
     let x = random_tokens(shape, a.tokens, a.seed ^ 0x70c3)?;
     let prep_s = t.elapsed().as_secs_f64();
-    let progress = Progress::start(control, show_progress);
-    let result = layer.run(device, &weights, &x, routing);
-    progress.finish();
-    let run = result.map_err(on_runtime)?;
+    let run = session
+        .launch(|device| layer.run(device, &weights, &x, routing))
+        .map_err(on_runtime)?;
     let t = Instant::now();
     let get = |e: usize| {
         experts
@@ -630,7 +565,7 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
     let spec = layer.spec();
     println!(
         "MXFP4 MoE layer {}: {} experts top-{}, hidden {} (padded {}), intermediate {} (padded {}), {} tokens, {:?}, {:?} combine",
-        a.model.name(),
+        a.model.model.name,
         shape.experts,
         shape.topk,
         shape.hidden,
@@ -701,306 +636,5 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
             100.0 * t["sustained_share"].as_f64().unwrap_or(0.0),
             t["hbm_sustained_tbs"].as_f64().unwrap_or(0.0)
         );
-    }
-}
-
-/// A preshuffled gpt-oss-layout safetensors file, read one expert at a time.
-struct WeightFile {
-    path: PathBuf,
-    shape: MoeShape,
-    /// Byte ranges in the file (absolute) of: gate/up blocks, scales; down blocks, scales.
-    ranges: [(u64, u64); 4],
-    /// Byte ranges of the biases (bf16 `[E, 2 inter]` and `[E, hidden]`), if the file has them.
-    bias: Option<[(u64, u64); 2]>,
-}
-
-/// A tensor of the header: dtype, shape, data offsets.
-struct TensorInfo {
-    dtype: String,
-    shape: Vec<usize>,
-    data_offsets: (u64, u64),
-}
-
-impl TensorInfo {
-    fn parse(name: &str, v: &serde_json::Value) -> Result<TensorInfo> {
-        let bad = || anyhow!("tensor {name}: a malformed header entry");
-        let dtype = v["dtype"].as_str().ok_or_else(bad)?.to_string();
-        let shape = v["shape"]
-            .as_array()
-            .ok_or_else(bad)?
-            .iter()
-            .map(|d| {
-                d.as_u64()
-                    .and_then(|d| usize::try_from(d).ok())
-                    .ok_or_else(bad)
-            })
-            .collect::<Result<_>>()?;
-        let offs = v["data_offsets"].as_array().ok_or_else(bad)?;
-        let at = |i: usize| offs.get(i).and_then(|o| o.as_u64()).ok_or_else(bad);
-        Ok(TensorInfo {
-            dtype,
-            shape,
-            data_offsets: (at(0)?, at(1)?),
-        })
-    }
-}
-
-impl WeightFile {
-    fn open(path: &Path, layer: Option<&str>) -> Result<WeightFile> {
-        let ctx = || format!("reading {}", path.display());
-        let mut f = File::open(path).with_context(ctx)?;
-        let mut len = [0u8; 8];
-        f.read_exact(&mut len).with_context(ctx)?;
-        let n = u64::from_le_bytes(len);
-        let file_len = f.metadata().with_context(ctx)?.len();
-        if n > 100_000_000 || n + 8 > file_len {
-            bail!(
-                "{} is not a safetensors file (header of {n} bytes)",
-                path.display()
-            );
-        }
-        let mut header = vec![0u8; n as usize];
-        f.read_exact(&mut header).with_context(ctx)?;
-        let mut map: BTreeMap<String, serde_json::Value> = serde_json::from_slice(&header)
-            .with_context(|| format!("parsing the header of {}", path.display()))?;
-        let meta = map.remove("__metadata__");
-        let record: PreshuffleRecord = meta
-            .as_ref()
-            .and_then(|m| m.get(METADATA_KEY))
-            .and_then(|v| v.as_str())
-            .map(serde_json::from_str)
-            .transpose()
-            .context("reading the preshuffle record")?
-            .ok_or_else(|| {
-                anyhow!(
-                    "{} was not preshuffled by `tilegen preshuffle` (no `{METADATA_KEY}` record)",
-                    path.display()
-                )
-            })?;
-        let tensors: BTreeMap<String, TensorInfo> = map
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), TensorInfo::parse(k, v)?)))
-            .collect::<Result<_>>()?;
-        // The layer: a prefix with both pairs.
-        let stems = |suffixes: &[&str]| -> Vec<(String, String)> {
-            tensors
-                .keys()
-                .filter_map(|name| {
-                    suffixes.iter().find_map(|s| {
-                        name.strip_suffix(&format!("{s}_blocks"))
-                            .map(|p| (p.to_string(), format!("{p}{s}")))
-                    })
-                })
-                .collect()
-        };
-        let ups = stems(&["gate_up_proj", "mlp1_weight"]);
-        let downs = stems(&["down_proj", "mlp2_weight"]);
-        let layers: Vec<(String, String, String)> = ups
-            .iter()
-            .filter_map(|(p, up)| {
-                downs
-                    .iter()
-                    .find(|(q, _)| q == p)
-                    .map(|(_, down)| (p.clone(), up.clone(), down.clone()))
-            })
-            .filter(|(p, _, _)| layer.is_none_or(|l| l == p))
-            .collect();
-        let (prefix, up, down) = match layers.as_slice() {
-            [one] => one.clone(),
-            [] => bail!(
-                "{} has no MoE layer{} (pairs <prefix>gate_up_proj/mlp1_weight and down_proj/mlp2_weight _blocks/_scales)",
-                path.display(),
-                layer
-                    .map(|l| format!(" with prefix {l:?}"))
-                    .unwrap_or_default()
-            ),
-            many => bail!(
-                "{} has {} MoE layers; pick one with --layer (one of {:?})",
-                path.display(),
-                many.len(),
-                many.iter().map(|l| &l.0).collect::<Vec<_>>()
-            ),
-        };
-        let get = |name: &str| -> Result<(&TensorInfo, &TensorRecord)> {
-            let t = tensors
-                .get(name)
-                .ok_or_else(|| anyhow!("{} has no tensor {name}", path.display()))?;
-            if t.dtype != "U8" {
-                bail!("tensor {name} is {}, not U8", t.dtype);
-            }
-            let r = record
-                .tensors
-                .get(name)
-                .ok_or_else(|| anyhow!("tensor {name} is not in the preshuffle record"))?;
-            Ok((t, r))
-        };
-        let (ub, ur) = get(&format!("{up}_blocks"))?;
-        let (us, _) = get(&format!("{up}_scales"))?;
-        let (db, dr) = get(&format!("{down}_blocks"))?;
-        let (ds, _) = get(&format!("{down}_scales"))?;
-        let dims = |t: &TensorInfo| -> Result<(usize, usize)> {
-            match t.shape.as_slice() {
-                [e, n, _, 16] => Ok((*e, *n)),
-                s => bail!("a grouped MXFP4 blocks tensor is [E, N, K/32, 16], not {s:?}"),
-            }
-        };
-        let (e, gate_up_rows) = dims(ub)?;
-        let (e2, hidden) = dims(db)?;
-        let inter = dr.k;
-        if e != e2 || gate_up_rows != 2 * inter || ur.k != hidden {
-            bail!(
-                "{prefix}: gate/up is {e} x {gate_up_rows} x K {} and down {e2} x {hidden} x K {}: not one layer's pair (gate/up rows must be 2 x the down's K)",
-                ur.k,
-                dr.k
-            );
-        }
-        let shape = MoeShape {
-            experts: e,
-            topk: 1,
-            hidden,
-            inter,
-        };
-        shape
-            .validate()
-            .with_context(|| format!("the layer in {}", path.display()))?;
-        if ur.k_padded != shape.hidden_padded() || dr.k_padded != shape.inter_padded() {
-            bail!(
-                "the file pads K to {} and {}; the layer needs {} and {} (preshuffle with --pad-k)",
-                ur.k_padded,
-                dr.k_padded,
-                shape.hidden_padded(),
-                shape.inter_padded()
-            );
-        }
-        let data_start = 8 + n;
-        let s = Shuffler::new(1)?;
-        let want = [
-            s.b_len(gate_up_rows, shape.hidden_padded() / 2)? * e,
-            s.scale_len(gate_up_rows, shape.hidden_padded() / MX_BLOCK)? * e,
-            s.b_len(hidden, shape.inter_padded() / 2)? * e,
-            s.scale_len(hidden, shape.inter_padded() / MX_BLOCK)? * e,
-        ];
-        let range = |t: &TensorInfo, w: usize| -> Result<(u64, u64)> {
-            let (a, b) = t.data_offsets;
-            if b < a || b - a != w as u64 || data_start + b > file_len {
-                bail!(
-                    "a tensor of {} bytes at {a}..{b} where the layout holds {w}",
-                    b.saturating_sub(a)
-                );
-            }
-            Ok((data_start + a, data_start + b))
-        };
-        let mut ranges = [(0, 0); 4];
-        for ((r, t), w) in ranges.iter_mut().zip([ub, us, db, ds]).zip(want) {
-            *r = range(t, w)?;
-        }
-        // gpt-oss's biases beside the weights: `gate_up_proj_bias` (`mlp1_bias` in OpenAI's
-        // own layout) `[E, 2 inter]` and `down_proj_bias` (`mlp2_bias`) `[E, hidden]`, bf16,
-        // copied unchanged by the preshuffle.
-        let bias_name = |stem: &str| match stem.strip_suffix("_weight") {
-            Some(s) => format!("{s}_bias"),
-            None => format!("{stem}_bias"),
-        };
-        let (ub_name, db_name) = (bias_name(&up), bias_name(&down));
-        let bias = match (tensors.get(&ub_name), tensors.get(&db_name)) {
-            (None, None) => None,
-            (Some(g), Some(d)) => {
-                let mut r = [(0, 0); 2];
-                for ((r, (name, t)), n) in r
-                    .iter_mut()
-                    .zip([(&ub_name, g), (&db_name, d)])
-                    .zip([gate_up_rows, hidden])
-                {
-                    if t.dtype != "BF16" || t.shape != [e, n] {
-                        bail!(
-                            "tensor {name} is {} {:?}; an expert bias is BF16 [{e}, {n}]",
-                            t.dtype,
-                            t.shape
-                        );
-                    }
-                    *r = range(t, 2 * e * n).with_context(|| format!("tensor {name}"))?;
-                }
-                Some(r)
-            }
-            (g, _) => bail!(
-                "{} has {} but not {}: a layer's biases come in pairs",
-                path.display(),
-                if g.is_some() { &ub_name } else { &db_name },
-                if g.is_some() { &db_name } else { &ub_name }
-            ),
-        };
-        Ok(WeightFile {
-            path: path.to_path_buf(),
-            shape,
-            ranges,
-            bias,
-        })
-    }
-
-    /// Expert `e`: its groups as the kernels read them (the gate/up rows padded with zero rows
-    /// to 2 x the padded intermediate size: appended whole 16-row tiles in both layouts), and
-    /// the logical weights the reference reads (the same bytes unshuffled); with `bias`, its
-    /// biases (padded alike).
-    fn expert(
-        &self,
-        shape: &MoeShape,
-        e: usize,
-        bias: bool,
-    ) -> Result<(PreshuffledExpert, ExpertWeights)> {
-        let mut f =
-            File::open(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
-        let mut read = |range: (u64, u64), len: usize| -> Result<Vec<u8>> {
-            let per = (range.1 - range.0) / shape.experts as u64;
-            let mut v = vec![0u8; len];
-            f.seek(SeekFrom::Start(range.0 + per * e as u64))?;
-            f.read_exact(&mut v[..per as usize])?;
-            Ok(v)
-        };
-        let [gu, gus, d, ds] = expert_bytes(shape)?;
-        let bias = match (bias, self.bias) {
-            (false, _) => None,
-            (true, None) => bail!("{} has no expert biases", self.path.display()),
-            (true, Some([g, d])) => {
-                let mut values = |range, n| -> Result<Vec<bf16>> {
-                    Ok(read(range, 2 * n)?
-                        .chunks_exact(2)
-                        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-                        .collect())
-                };
-                let (g, d) = (values(g, 2 * shape.inter)?, values(d, shape.hidden)?);
-                Some(ExpertBias::from_logical(shape, &g, &d)?)
-            }
-        };
-        let pre = PreshuffledExpert {
-            gate_up: read(self.ranges[0], gu)?,
-            gate_up_scales: read(self.ranges[1], gus)?,
-            down: read(self.ranges[2], d)?,
-            down_scales: read(self.ranges[3], ds)?,
-            bias: bias.clone(),
-        };
-        let s = Shuffler::new(1)?;
-        let (hp, ip, rows) = (
-            shape.hidden_padded(),
-            shape.inter_padded(),
-            shape.gate_up_rows(),
-        );
-        let mut data = vec![0u8; rows * hp / 2];
-        let mut scales = vec![0u8; rows * hp / MX_BLOCK];
-        s.unshuffle_b_5d(rows, hp / 2, &pre.gate_up, &mut data)?;
-        s.unshuffle_scale_4d(rows, hp / MX_BLOCK, &pre.gate_up_scales, &mut scales)?;
-        let gate_up = MxMatrix::from_parts(rows, hp, data, scales)?;
-        let mut data = vec![0u8; shape.hidden * ip / 2];
-        let mut scales = vec![0u8; shape.hidden * ip / MX_BLOCK];
-        s.unshuffle_b_5d(shape.hidden, ip / 2, &pre.down, &mut data)?;
-        s.unshuffle_scale_4d(shape.hidden, ip / MX_BLOCK, &pre.down_scales, &mut scales)?;
-        let down = MxMatrix::from_parts(shape.hidden, ip, data, scales)?;
-        Ok((
-            pre,
-            ExpertWeights {
-                gate_up,
-                down,
-                bias,
-            },
-        ))
     }
 }

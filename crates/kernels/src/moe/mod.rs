@@ -23,4 +23,4 @@ pub use layer::{
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};
-pub use template::{MoeModel, MoeSpace, MoeTemplate, MoeTemplatePlan};
+pub use template::{MoeModel, MoeRouter, MoeSpace, MoeTemplate, MoeTemplatePlan};

@@ -8,8 +8,34 @@ use serde::{Deserialize, Serialize};
 use super::spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError};
 use crate::gemm::KernelSpec;
 
+/// How a model's router turns logits into experts and weights (see [`Scoring`]). A sigmoid
+/// router's per-expert selection bias is learned, so it is the checkpoint's, not the template's.
+///
+/// [`Scoring`]: super::Scoring
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "scoring", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MoeRouter {
+    /// The k largest logits, then a softmax over those k (gpt-oss).
+    TopkSoftmax,
+    /// Softmax over all experts, then the k largest (Mixtral, Qwen-MoE).
+    SoftmaxTopk {
+        /// Rescale the chosen weights to sum to 1.
+        renormalize: bool,
+    },
+    /// Sigmoid scores, experts chosen within the best `keep` of `groups` groups, weights
+    /// normalized and scaled (DeepSeek-V3, Kimi-K2).
+    SigmoidGrouped {
+        /// Equal groups of experts.
+        groups: usize,
+        /// Groups kept per token.
+        keep: usize,
+        /// Routed scaling factor.
+        scale: f32,
+    },
+}
+
 /// A model's MoE layer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MoeModel {
     /// The model's name (no slashes).
@@ -29,6 +55,8 @@ pub struct MoeModel {
     /// Whether the experts carry biases (gpt-oss's `gate_up_proj_bias`, `down_proj_bias`).
     #[serde(default)]
     pub bias: bool,
+    /// How the router picks each token's experts.
+    pub router: MoeRouter,
     /// Token counts to rank the space at (strictly ascending).
     pub tokens: Vec<usize>,
 }
@@ -54,7 +82,7 @@ pub struct MoeSpace {
 }
 
 /// One `templates/moe/<model>.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MoeTemplate {
     /// The layer.
@@ -85,7 +113,7 @@ impl MoeTemplate {
     }
 
     /// Checks what the types cannot: non-empty lists without repeats, ascending token counts,
-    /// valid sizes.
+    /// valid sizes, a router whose groups fit the experts.
     pub fn check(&self) -> Result<(), String> {
         fn once<T: PartialEq + std::fmt::Debug>(what: &str, v: &[T]) -> Result<(), String> {
             if v.is_empty() {
@@ -117,6 +145,29 @@ impl MoeTemplate {
                 "model.name {:?} must be a non-empty name without slashes",
                 self.model.name
             ));
+        }
+        if let MoeRouter::SigmoidGrouped {
+            groups,
+            keep,
+            scale,
+        } = self.model.router
+        {
+            let (experts, topk) = (self.model.experts, self.model.topk);
+            if groups == 0
+                || keep == 0
+                || keep > groups
+                || !experts.is_multiple_of(groups)
+                || experts / groups * keep < topk
+            {
+                return Err(format!(
+                    "model.router: {groups} groups (keeping {keep}) must divide the {experts} experts, keep 1 to {groups} of them and hold top-{topk}"
+                ));
+            }
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err(format!(
+                    "model.router: scale {scale} must be positive and finite"
+                ));
+            }
         }
         self.shape().validate().map_err(|e| e.to_string())
     }
