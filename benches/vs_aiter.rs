@@ -367,7 +367,8 @@ fn ours(
     cands.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut best: Option<Ours> = None;
     for (_, r) in cands.into_iter().take(recheck) {
-        let spec = KernelSpec::from(r.spec.clone());
+        let spec = KernelSpec::try_from(r.spec.clone())
+            .map_err(|e| format!("the stored spec of {}: {e}", r.cache_key))?;
         let kernel = compile(&spec).map_err(|e| format!("compiling {}: {e}", r.cache_key))?;
         let p = model
             .predict(&kernel, shape)

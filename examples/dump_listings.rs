@@ -20,7 +20,8 @@ type Job = (
     Box<dyn Fn() -> Result<Vec<(String, String)>, String> + Send + Sync>,
 );
 
-fn gemm(spec: KernelSpec) -> Job {
+fn gemm(spec: impl Into<KernelSpec>) -> Job {
+    let spec: KernelSpec = spec.into();
     let name = spec.kernel_name();
     (
         format!("gemm/{name}"),

@@ -50,15 +50,16 @@ fn a_third_of_the_matrix() -> Vec<KernelSpec> {
         let base = KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn);
         for (j, spec) in base.preb_flag_variants(3).into_iter().enumerate() {
             if j % 3 == i {
-                specs.push(spec);
+                specs.push(spec.into());
             }
         }
     }
-    specs.push(KernelSpec::new().out_dtype(OutDtype::F32));
+    specs.push(KernelSpec::new().out_dtype(OutDtype::F32).into());
     specs.push(
         KernelSpec::new()
             .b_prefetch(true)
-            .b_cache_policy(CachePolicy::Streaming),
+            .b_cache_policy(CachePolicy::Streaming)
+            .into(),
     );
     for (i, (bm, bn, bk, wm, wn, mma)) in [
         (128, 128, 128, 64, 64, MfmaShape::M16N16K128),
@@ -76,11 +77,12 @@ fn a_third_of_the_matrix() -> Vec<KernelSpec> {
                 .wm(wm)
                 .wn(wn)
                 .mma(mma)
-                .dram_to_lds(i == 1),
+                .dram_to_lds(i == 1)
+                .into(),
         );
     }
-    specs.push(KernelSpec::new().bk_elems(768).dram_to_lds(true));
-    specs.push(KernelSpec::lds().bk_elems(384));
+    specs.push(KernelSpec::new().bk_elems(768).dram_to_lds(true).into());
+    specs.push(KernelSpec::lds().bk_elems(384).into());
     specs
 }
 

@@ -67,7 +67,10 @@ fn sections() -> String {
     {
         section(
             format!("preb_flag_variants {i}"),
-            base.preb_flag_variants(3).iter().map(line).collect(),
+            base.preb_flag_variants(3)
+                .into_iter()
+                .map(|s| line(&s.into()))
+                .collect(),
         );
     }
     for p in tomls(&root().join("templates/moe")) {

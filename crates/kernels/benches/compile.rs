@@ -155,22 +155,28 @@ fn main() {
         .cloned();
     let repeat = if quick { 3 } else { 7 };
     let specs: Vec<(&str, KernelSpec)> = vec![
-        ("preb default", KernelSpec::new()),
+        ("preb default", KernelSpec::new().into()),
         (
             "preb all flags",
             KernelSpec::new()
-                .b_prefetch(true)
+                .with_prefetch(|p| p.cluster_drain_sched(true).deep_prime(true))
                 .dram_to_lds(true)
-                .cluster_drain_sched(true)
-                .deep_prime(true),
+                .into(),
         ),
         (
             "preb 128x128x256 wn32",
-            KernelSpec::new().bm(128).bn(128).bk_elems(256).wn(32),
+            KernelSpec::new()
+                .bm(128)
+                .bn(128)
+                .bk_elems(256)
+                .wn(32)
+                .into(),
         ),
         (
             "lds default",
-            KernelSpec::lds().mma(tilegen_kernels::MfmaShape::M16N16K128),
+            KernelSpec::lds()
+                .mma(tilegen_kernels::MfmaShape::M16N16K128)
+                .into(),
         ),
     ];
     // Warm the target machine once, as a long-running generator would be.

@@ -22,6 +22,6 @@ pub mod tile;
 pub use compiled::{BuiltKernel, CompileError, Kernarg, ReportError, ResourceReport, occupancy};
 pub use gemm::{
     BuildError, CachePolicy, CompiledKernel, GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput,
-    KernelSpec, LaunchError, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
-    check_problem,
+    KernelSpec, LaunchError, LdsBuffer, LdsSpec, MfmaShape, OutDtype, PrebSpec, Prefetch,
+    SPEC_FORMAT, SpecError, SpecValues, Variant, check_problem,
 };

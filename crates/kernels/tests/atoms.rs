@@ -346,7 +346,8 @@ fn unscaled_atoms_match_the_emulator() {
 #[test]
 fn preb_with_32x32x64() {
     use rayon::prelude::*;
-    use tilegen_kernels::{KernelSpec, MfmaShape};
+    use tilegen_kernels::gemm::ClusterSched;
+    use tilegen_kernels::{KernelSpec, MfmaShape, Prefetch};
     use tilegen_mx::{MxMatrix, reference_gemm};
 
     let mut specs = Vec::new();
@@ -364,16 +365,14 @@ fn preb_with_32x32x64() {
                 .bk_elems(bk)
                 .wn(wn);
             let chain = base.mfmas_per_stage();
-            let spec = base
-                .b_prefetch(prefetch)
-                .dram_to_lds(dram)
+            let sched = ClusterSched::new().mfma_cluster(chain.min(3));
+            let pipeline = Prefetch::new()
                 .deep_prime(deep)
-                .cluster_drain_sched(cds);
-            specs.push(if cds {
-                spec.mfma_cluster(chain.min(3))
-            } else {
-                spec
-            });
+                .cluster(cds.then_some(sched));
+            specs.push(
+                base.prefetch(prefetch.then_some(pipeline))
+                    .dram_to_lds(dram),
+            );
         }
     }
     let failures: Vec<String> = specs

@@ -8,20 +8,20 @@ use tilegen_kernels::{KernelSpec, MfmaShape};
 
 #[test]
 fn our_kernels_disassemble_like_objdump() {
-    let specs = [
-        KernelSpec::new(),
+    let specs: [KernelSpec; 5] = [
+        KernelSpec::new().into(),
         KernelSpec::new()
-            .b_prefetch(true)
+            .with_prefetch(|p| p.cluster_drain_sched(true).deep_prime(true))
             .dram_to_lds(true)
-            .cluster_drain_sched(true)
-            .deep_prime(true),
+            .into(),
         KernelSpec::new()
             .bm(16)
             .bn(64)
             .bk_elems(256)
             .wn(16)
-            .b_prefetch(true),
-        KernelSpec::lds(),
+            .b_prefetch(true)
+            .into(),
+        KernelSpec::lds().into(),
         KernelSpec::lds()
             .bm(64)
             .bn(64)
@@ -29,7 +29,8 @@ fn our_kernels_disassemble_like_objdump() {
             .wm(32)
             .wn(32)
             .mma(MfmaShape::M32N32K64)
-            .dram_to_lds(true),
+            .dram_to_lds(true)
+            .into(),
     ];
     let dir = tempfile::tempdir().unwrap();
     for spec in specs {

@@ -4,7 +4,7 @@
 //! and a K tail past the last full tile, one with K = 7168.
 
 use rayon::prelude::*;
-use tilegen_kernels::{CompiledKernel, KernelSpec, MfmaShape, OutDtype};
+use tilegen_kernels::{CompiledKernel, KernelSpec, MfmaShape, OutDtype, PrebSpec};
 use tilegen_mx::{MxMatrix, reference_gemm};
 use tilegen_runtime::{Counter, EmuDevice};
 
@@ -34,7 +34,7 @@ fn check(
 }
 
 /// Runs every (M, N, K) of the matrix for each spec; specs build and run in parallel.
-fn sweep(specs: Vec<KernelSpec>) {
+fn sweep<S: Into<KernelSpec>>(specs: Vec<S>) {
     sweep_shapes(specs, |spec| {
         let pairs = [(2 * spec.bn as usize + 16, 768), (64, 7168)];
         MS.iter()
@@ -45,10 +45,11 @@ fn sweep(specs: Vec<KernelSpec>) {
 
 /// Builds every spec and checks it on the emulator at each `(m, n, k)` that `shapes` gives
 /// for it (the shape's index is its input seed); reports every failure at once.
-fn sweep_shapes(
-    specs: Vec<KernelSpec>,
+fn sweep_shapes<S: Into<KernelSpec>>(
+    specs: Vec<S>,
     shapes: impl Fn(&KernelSpec) -> Vec<(usize, usize, usize)> + Sync,
 ) {
+    let specs: Vec<KernelSpec> = specs.into_iter().map(Into::into).collect();
     let failures: Vec<String> = specs
         .par_iter()
         .flat_map(|spec| {
@@ -79,7 +80,7 @@ const PREB_TILES: &[(u32, u32, u32, u32)] =
     &[(64, 128, 512, 64), (128, 128, 256, 32), (16, 64, 256, 16)];
 
 /// The preb spec of one of [`PREB_TILES`].
-fn preb_tile(&(bm, bn, bk, wn): &(u32, u32, u32, u32)) -> KernelSpec {
+fn preb_tile(&(bm, bn, bk, wn): &(u32, u32, u32, u32)) -> PrebSpec {
     KernelSpec::new().bm(bm).bn(bn).bk_elems(bk).wn(wn)
 }
 
@@ -131,7 +132,9 @@ fn lds_variant_shapes() {
 fn rows_of_any_whole_chunk_count_are_staged() {
     let mut specs = Vec::new();
     for dram in [false, true] {
-        specs.push(KernelSpec::new().bk_elems(768).dram_to_lds(dram));
+        specs.push(KernelSpec::from(
+            KernelSpec::new().bk_elems(768).dram_to_lds(dram),
+        ));
         specs.push(
             KernelSpec::new()
                 .bm(16)
@@ -139,9 +142,10 @@ fn rows_of_any_whole_chunk_count_are_staged() {
                 .wn(16)
                 .bk_elems(1280)
                 .b_prefetch(true)
-                .dram_to_lds(dram),
+                .dram_to_lds(dram)
+                .into(),
         );
-        specs.push(KernelSpec::lds().bk_elems(384).dram_to_lds(dram));
+        specs.push(KernelSpec::lds().bk_elems(384).dram_to_lds(dram).into());
     }
     sweep(specs);
 }
@@ -169,19 +173,23 @@ fn spilling_kernel_runs_through_scratch() {
 /// operand swizzle does not cover.
 #[test]
 fn swizzled_lds_tiles_have_no_bank_conflicts() {
-    let bases = [
-        KernelSpec::lds(),
-        KernelSpec::lds().bk_elems(256).dram_to_lds(true),
+    let bases: [KernelSpec; 6] = [
+        KernelSpec::lds().into(),
+        KernelSpec::lds().bk_elems(256).dram_to_lds(true).into(),
         KernelSpec::lds()
             .bm(64)
             .bn(64)
             .wm(32)
             .wn(32)
             .bk_elems(512)
-            .mma(MfmaShape::M32N32K64),
-        KernelSpec::new(),
-        KernelSpec::new().dram_to_lds(true),
-        KernelSpec::new().mma(MfmaShape::M32N32K64).b_prefetch(true),
+            .mma(MfmaShape::M32N32K64)
+            .into(),
+        KernelSpec::new().into(),
+        KernelSpec::new().dram_to_lds(true).into(),
+        KernelSpec::new()
+            .mma(MfmaShape::M32N32K64)
+            .b_prefetch(true)
+            .into(),
     ];
     let failures: Vec<String> = bases
         .par_iter()
@@ -257,7 +265,7 @@ fn preb_xcd_tile_order() {
     ];
     // Grids of 7x5 (35 workgroups), 3x8 (24) and 5x1 tiles.
     sweep_shapes(specs, |spec| {
-        let kd = (spec.split_k * spec.bk_elems) as usize;
+        let kd = (spec.split_k() * spec.bk_elems) as usize;
         vec![(70, 448, kd), (128, 192, kd), (9, 320, kd)]
     });
 }
@@ -274,9 +282,9 @@ fn preb_prefetch_depth_two() {
                 specs.push(
                     preb_tile(tile)
                         .b_prefetch(true)
-                        .b_prefetch_depth(2)
+                        .with_prefetch(|p| p.b_prefetch_depth(2))
                         .dram_to_lds(dram)
-                        .deep_prime(deep),
+                        .with_prefetch(|p| p.deep_prime(deep)),
                 );
             }
         }
@@ -289,18 +297,18 @@ fn preb_prefetch_depth_two() {
             .wn(64)
             .bk_elems(256)
             .b_prefetch(true)
-            .b_prefetch_depth(2)
-            .cluster_drain_sched(true)
+            .with_prefetch(|p| p.b_prefetch_depth(2))
+            .with_prefetch(|p| p.cluster_drain_sched(true))
             .acc_agprs(true),
     );
     specs.push(
         preb_tile(&(32, 128, 256, 32))
             .b_prefetch(true)
-            .b_prefetch_depth(2)
+            .with_prefetch(|p| p.b_prefetch_depth(2))
             .split_k(2),
     );
     sweep_shapes(specs, |spec| {
-        let slice = spec.split_k as usize;
+        let slice = spec.split_k() as usize;
         let n = 2 * spec.bn as usize + 16;
         [17, 200]
             .into_iter()
@@ -312,6 +320,21 @@ fn preb_prefetch_depth_two() {
             })
             .collect()
     });
+}
+
+/// The prefetched B loads issued in one burst before each stage's MFMAs (`b_burst`): the same
+/// results as spread between them, with each A schedule and two tiles ahead.
+#[test]
+fn preb_b_burst() {
+    let specs = vec![
+        KernelSpec::new().with_prefetch(|p| p.b_burst(true)),
+        preb_tile(&PREB_TILES[1])
+            .dram_to_lds(true)
+            .with_prefetch(|p| p.b_burst(true).deep_prime(true).b_prefetch_depth(2)),
+        preb_tile(&PREB_TILES[2])
+            .with_prefetch(|p| p.b_burst(true).with_cluster(|c| c.mfma_cluster(2))),
+    ];
+    sweep(specs);
 }
 
 #[test]
@@ -327,13 +350,13 @@ fn preb_split_k() {
             .split_k(8),
         preb_tile(&(32, 128, 256, 32))
             .b_prefetch(true)
-            .deep_prime(true)
+            .with_prefetch(|p| p.deep_prime(true))
             .dram_to_lds(true)
             .split_k(4),
         KernelSpec::new()
             .bk_elems(512)
             .b_prefetch(true)
-            .cluster_drain_sched(true)
+            .with_prefetch(|p| p.cluster_drain_sched(true))
             .split_k(2)
             .out_dtype(OutDtype::F32),
         KernelSpec::new()
@@ -346,7 +369,7 @@ fn preb_split_k() {
         KernelSpec::new().bm(64).wm(32).bn(128).wn(64).split_k(2),
     ];
     sweep_shapes(specs, |spec| {
-        let slice = (spec.split_k * spec.bk_elems) as usize;
+        let slice = (spec.split_k() * spec.bk_elems) as usize;
         let n = 2 * spec.bn as usize + 16;
         [1, 17, 200]
             .into_iter()
@@ -375,7 +398,7 @@ fn preb_waves_along_m() {
             .wn(32)
             .bk_elems(256)
             .b_prefetch(true)
-            .deep_prime(true)
+            .with_prefetch(|p| p.deep_prime(true))
             .dram_to_lds(true),
         KernelSpec::new()
             .bm(128)
@@ -384,7 +407,7 @@ fn preb_waves_along_m() {
             .wn(32)
             .bk_elems(512)
             .b_prefetch(true)
-            .cluster_drain_sched(true),
+            .with_prefetch(|p| p.cluster_drain_sched(true)),
         KernelSpec::new()
             .mma(MfmaShape::M32N32K64)
             .bm(128)

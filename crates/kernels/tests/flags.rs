@@ -2,7 +2,9 @@
 //! its listing shows what the flag promises.
 
 use tilegen_kernels::asm::LoopStats;
-use tilegen_kernels::{BuildError, CachePolicy, KernelSpec, MfmaShape, OutDtype, SpecError};
+use tilegen_kernels::{
+    BuildError, CachePolicy, KernelSpec, MfmaShape, OutDtype, PrebSpec, SpecError, SpecValues,
+};
 
 /// (bm, bn, bk_elems, wn): the seed default, a square tile with 32-wide waves, and the smallest
 /// (BM = 16 and WN = 16 exercise the run-time scale-byte selection).
@@ -45,13 +47,15 @@ fn preb_flag_combinations() {
             check_preb(&spec);
             // B two tiles ahead, on the schedules without priority brackets.
             if f.b_prefetch && !f.cluster_drain_sched {
-                check_preb(&spec.b_prefetch_depth(2));
+                check_preb(&spec.with_prefetch(|p| p.b_prefetch_depth(2)));
             }
         }
     }
 }
 
-fn check_preb(spec: &KernelSpec) {
+fn check_preb(spec: &PrebSpec) {
+    let pipeline = spec.prefetch_settings();
+    let sched = pipeline.and_then(|p| p.cluster);
     let name = spec.kernel_name();
     let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
     // The kernel allocates exactly the spec's LDS plan.
@@ -131,7 +135,7 @@ fn check_preb(spec: &KernelSpec) {
         // has rows enough to spread them over; LLVM may order a load and its row's MFMAs
         // either way).
         let rows = (spec.warp_m() / 16 * spec.bk_elems / 128) as usize;
-        if spec.b_prefetch && rows >= 4 {
+        if pipeline.is_some() && rows >= 4 {
             let is_mfma = |l: &str| l.contains("v_mfma_scale_f32_16x16x128_f8f6f4");
             let first = body.iter().position(|l| is_mfma(l));
             let last = body.iter().rposition(|l| is_mfma(l));
@@ -149,7 +153,7 @@ fn check_preb(spec: &KernelSpec) {
                 );
             }
         }
-        let flags = b_policy_flags(spec.b_cache_policy);
+        let flags = b_policy_flags(spec.knobs().b_cache_policy);
         for l in &b_loads {
             let has = |f: &str| l.split_whitespace().any(|w| w == f);
             for f in ["sc0", "sc1", "nt"] {
@@ -166,8 +170,8 @@ fn check_preb(spec: &KernelSpec) {
     // and waits that leave loads in flight (a staircase of partial vmcnt) inside the chain.
     let raises = body.iter().filter(|l| l.trim() == "s_setprio 1").count();
     let lowers = body.iter().filter(|l| l.trim() == "s_setprio 0").count();
-    if spec.cluster_drain_sched {
-        let clusters = per_tile.div_ceil(spec.mfma_cluster as usize) * tiles_in_body;
+    if let Some(sched) = sched {
+        let clusters = per_tile.div_ceil(sched.mfma_cluster as usize) * tiles_in_body;
         assert_eq!(
             (raises, lowers),
             (clusters, clusters),
@@ -189,7 +193,7 @@ fn check_preb(spec: &KernelSpec) {
             "{name}: no priority changes without cluster_drain_sched"
         );
     }
-    if spec.deep_prime {
+    if pipeline.is_some_and(|p| p.deep_prime) {
         // The prologue stages a second A tile: the kernel holds exactly one more A staging
         // (one wave's rounds of 16-byte moves into LDS) than the same spec without deep_prime.
         let staging = |asm: &str| {
@@ -201,7 +205,11 @@ fn check_preb(spec: &KernelSpec) {
                 })
                 .count()
         };
-        let shallow = spec.clone().deep_prime(false).build().unwrap();
+        let shallow = spec
+            .clone()
+            .with_prefetch(|p| p.deep_prime(false))
+            .build()
+            .unwrap();
         let rounds = (spec.bm * spec.bk_elems / 2 / 1024).div_ceil(spec.warps()) as usize;
         assert_eq!(
             staging(k.asm()),
@@ -228,14 +236,18 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ("wn", base.clone().wn(32)),
         ("dram_to_lds", base.clone().dram_to_lds(true)),
         ("lds_swizzle", base.clone().lds_swizzle(false)),
-        ("deep_prime", base.clone().deep_prime(true)),
+        (
+            "deep_prime",
+            base.clone().with_prefetch(|p| p.deep_prime(true)),
+        ),
         (
             "cluster_drain_sched",
-            base.clone().cluster_drain_sched(true),
+            base.clone().with_prefetch(|p| p.cluster_drain_sched(true)),
         ),
         (
             "mfma_cluster",
-            base.clone().cluster_drain_sched(true).mfma_cluster(2),
+            base.clone()
+                .with_prefetch(|p| p.with_cluster(|c| c.mfma_cluster(2))),
         ),
         (
             "b_cache_policy",
@@ -246,7 +258,11 @@ fn every_setting_that_changes_the_code_changes_the_key() {
         ("split_k", base.clone().split_k(2)),
         ("wm", base.clone().bm(128).wm(64)),
         ("acc_agprs", base.clone().acc_agprs(true)),
-        ("b_prefetch_depth", base.clone().b_prefetch_depth(2)),
+        (
+            "b_prefetch_depth",
+            base.clone().with_prefetch(|p| p.b_prefetch_depth(2)),
+        ),
+        ("b_burst", base.clone().with_prefetch(|p| p.b_burst(true))),
     ];
     let mut keys = vec![once.cache_key().to_string()];
     for (what, spec) in variants {
@@ -269,13 +285,19 @@ fn settings_a_variant_ignores_are_refused_not_keyed() {
     assert_ne!(split.cache_key(), KernelSpec::new().cache_key());
     // Without an explicit wm, a preb wave keeps covering all BM rows.
     assert_eq!(KernelSpec::new().bm(128).wave_grid(), (1, 2));
-    let e = KernelSpec::new().mfma_cluster(2).build().unwrap_err();
+    // The types have no place for a cluster size without cluster_drain_sched, nor for a
+    // preb knob on the LDS kernel; a stored spec that holds one is refused as it is read.
+    let stored = |f: fn(&mut SpecValues), base: KernelSpec| {
+        let mut v = base.values();
+        f(&mut v);
+        KernelSpec::try_from(v).map_err(BuildError::Spec)
+    };
+    let e = stored(|v| v.mfma_cluster = 2, KernelSpec::new().into()).unwrap_err();
     assert!(
         matches!(e, BuildError::Spec(SpecError::Ignored { setter, .. }) if setter == "mfma_cluster"),
         "{e}"
     );
-    // Preb-only settings on the LDS kernel, even at their default values.
-    let e = KernelSpec::lds().b_prefetch(false).build().unwrap_err();
+    let e = stored(|v| v.b_prefetch = true, KernelSpec::lds().into()).unwrap_err();
     assert!(
         matches!(
             e,
@@ -380,7 +402,7 @@ fn split_k_adds_with_atomics() {
             k.asm().contains(".amdhsa_system_sgpr_workgroup_id_z 1"),
             "{name}: the slice is the workgroup's z id"
         );
-        assert_eq!(k.spec().split_k, spec.split_k);
+        assert_eq!(k.spec().split_k(), spec.knobs().split_k);
     }
     let one = KernelSpec::new().build().unwrap();
     assert!(!one.asm().contains("buffer_atomic"), "no split: no atomics");
@@ -407,7 +429,7 @@ fn preb_waves_along_m() {
         assert_eq!(k.report().workgroup_size, 64 * waves_m * waves_n, "{name}");
         assert_eq!(
             LoopStats::from_asm(k.asm()).mfmas,
-            spec.mfmas_per_stage() * if spec.b_prefetch { 2 } else { 1 },
+            spec.mfmas_per_stage() * spec.stages(),
             "{name}: each wave runs its WM x WN tile"
         );
         assert_eq!(u64::from(k.report().lds_bytes), spec.lds_bytes(), "{name}");

@@ -9,8 +9,10 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRunner};
 use rayon::prelude::*;
 use tilegen_dsl::CompileOptions;
+use tilegen_kernels::gemm::ClusterSched;
 use tilegen_kernels::{
-    CachePolicy, CompiledKernel, KernelSpec, MfmaShape, OutDtype, SpecError, Variant,
+    CachePolicy, CompiledKernel, KernelSpec, MfmaShape, OutDtype, Prefetch, SpecError, SpecValues,
+    Variant,
 };
 use tilegen_mx::{MxMatrix, reference_gemm};
 use tilegen_runtime::EmuDevice;
@@ -45,7 +47,7 @@ fn dim() -> impl Strategy<Value = u32> {
 }
 
 /// A spec a user would plausibly write: consistent tile sizes, flags of its own variant.
-fn plausible() -> impl Strategy<Value = KernelSpec> {
+fn plausible() -> impl Strategy<Value = SpecValues> {
     let flag = || prop::bool::weighted(0.35);
     let preb = (
         prop::sample::select(vec![16u32, 32, 64, 96, 128, 256]),
@@ -66,24 +68,21 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
     )
         .prop_map(
             |(bm, wn, waves, bk, (pf, d2l, cds, dp), policy, cluster, (wsplit, agpr))| {
-                let spec = KernelSpec::new()
-                    .bm(bm)
-                    .wm(bm / wsplit)
-                    .acc_agprs(agpr)
-                    .wn(wn)
-                    .bn(wn * waves)
-                    .bk_elems(bk)
-                    .b_prefetch(pf)
-                    .dram_to_lds(d2l)
-                    .cluster_drain_sched(cds && pf)
-                    .deep_prime(dp && pf)
-                    .b_cache_policy(policy);
                 // The cluster size is a cluster_drain_sched setting.
-                if cds && pf {
-                    spec.mfma_cluster(cluster)
-                } else {
-                    spec
-                }
+                let sched = cds.then(|| ClusterSched::new().mfma_cluster(cluster));
+                let pipeline = Prefetch::new().deep_prime(dp).cluster(sched);
+                KernelSpec::from(
+                    KernelSpec::new()
+                        .bm(bm)
+                        .wm(bm / wsplit)
+                        .acc_agprs(agpr)
+                        .wn(wn)
+                        .bn(wn * waves)
+                        .bk_elems(bk)
+                        .prefetch(pf.then_some(pipeline))
+                        .dram_to_lds(d2l)
+                        .b_cache_policy(policy),
+                )
             },
         );
     let lds = (
@@ -100,14 +99,16 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
                 MfmaShape::M16N16K128 => 16,
                 MfmaShape::M32N32K64 => 32,
             };
-            KernelSpec::lds()
-                .mma(mma)
-                .wm(tm * mn)
-                .wn(tn * mn)
-                .bm(tm * mn * wy)
-                .bn(tn * mn * wx)
-                .bk_elems(bk)
-                .dram_to_lds(d2l)
+            KernelSpec::from(
+                KernelSpec::lds()
+                    .mma(mma)
+                    .wm(tm * mn)
+                    .wn(tn * mn)
+                    .bm(tm * mn * wy)
+                    .bn(tn * mn * wx)
+                    .bk_elems(bk)
+                    .dram_to_lds(d2l),
+            )
         });
     let out = prop::sample::select(vec![OutDtype::Bf16, OutDtype::F32]);
     let waves = prop_oneof![4 => Just(None), 1 => (1u32..=8).prop_map(Some)];
@@ -117,21 +118,26 @@ fn plausible() -> impl Strategy<Value = KernelSpec> {
     let split = prop_oneof![3 => Just(1u32), 1 => prop::sample::select(vec![2u32, 3, 4, 8])];
     (prop_oneof![preb, lds], out, waves, swizzle, split)
         .prop_map(|(s, out, waves, sw, split)| {
-            let split = if s.variant == Variant::Preb { split } else { 1 };
-            s.out_dtype(out)
+            let mut v = s
+                .out_dtype(out)
                 .waves_per_eu(waves)
                 .lds_swizzle(sw)
-                .split_k(split)
+                .values();
+            if v.variant == Variant::Preb {
+                v.split_k = split;
+            }
+            v
         })
         // Compile time grows with the unrolled MFMA chain; the largest chains stay in the
         // arbitrary half, which reaches them less often.
-        .prop_filter("a chain of at most 64 MFMAs per stage", |s| {
-            s.mfmas_per_stage() <= 64
+        .prop_filter("a chain of at most 64 MFMAs per stage", |v| {
+            KernelSpec::try_from(v.clone()).is_ok_and(|s| s.mfmas_per_stage() <= 64)
         })
 }
 
-/// Anything: each field drawn on its own, hostile values included.
-fn arbitrary() -> impl Strategy<Value = KernelSpec> {
+/// Anything: each field of the stored form drawn on its own, hostile values included, knobs
+/// the variant or the pipeline has no place for among them.
+fn arbitrary() -> impl Strategy<Value = SpecValues> {
     let variant = prop::sample::select(vec![Variant::Preb, Variant::Lds]);
     let mma = prop_oneof![
         2 => Just(MfmaShape::M16N16K128),
@@ -174,41 +180,30 @@ fn arbitrary() -> impl Strategy<Value = KernelSpec> {
                 stray,
             )| {
                 let preb = variant == Variant::Preb;
-                let base = match variant {
-                    Variant::Preb => KernelSpec::new(),
-                    Variant::Lds => KernelSpec::lds(),
-                };
-                let mut s = base
-                    .bm(bm)
-                    .bn(bn)
-                    .bk_elems(bk)
-                    .wn(wn)
-                    .mma(mma)
-                    .out_dtype(out);
-                // Preb takes wm too (waves along M); sometimes left at its default.
-                if !preb || stray || flags.0 {
-                    s = s.wm(wm);
-                }
-                s = s.acc_agprs(flags.1 && flags.3);
+                let mut s = KernelSpec::of_variant(variant).values();
+                (s.bm, s.bn, s.bk_elems, s.wn, s.mma, s.out_dtype) = (bm, bn, bk, wn, mma, out);
+                // Preb takes wm too (waves along M); sometimes left at its default, BM.
+                s.wm = if !preb || stray || flags.0 { wm } else { bm };
+                s.acc_agprs = flags.1 && flags.3;
                 if preb || stray {
-                    s = s
-                        .b_cache_policy(policy)
-                        .b_prefetch(flags.0)
-                        .cluster_drain_sched(flags.2)
-                        .deep_prime(flags.3);
+                    s.b_cache_policy = policy;
+                    s.b_prefetch = flags.0;
+                    s.cluster_drain_sched = flags.2;
+                    s.deep_prime = flags.3;
                 }
                 if flags.2 || stray {
-                    s = s.mfma_cluster(cluster);
+                    s.mfma_cluster = cluster;
                 }
-                s.dram_to_lds(flags.1)
-                    .lds_swizzle(!flags.3)
-                    .waves_per_eu(waves)
-                    .split_k(split)
+                s.dram_to_lds = flags.1;
+                s.lds_swizzle = !flags.3;
+                s.waves_per_eu = waves;
+                s.split_k = split;
+                s
             },
         )
 }
 
-fn spec() -> impl Strategy<Value = KernelSpec> {
+fn spec() -> impl Strategy<Value = SpecValues> {
     prop_oneof![2 => plausible(), 3 => arbitrary()]
 }
 
@@ -254,7 +249,7 @@ fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
 /// one tile per K slice, the K its launch rule allows).
 fn run_on_emulator(k: &CompiledKernel) -> Result<(), String> {
     let s = k.spec();
-    let kd = match s.split_k {
+    let kd = match s.split_k() {
         1 => 2 * s.bk_elems.max(256) as usize + 256,
         splits => (splits * s.bk_elems) as usize,
     };
@@ -274,8 +269,20 @@ fn run_on_emulator(k: &CompiledKernel) -> Result<(), String> {
     }
 }
 
-/// What happened to one spec.
-fn outcome(spec: &KernelSpec, run: bool) -> Result<String, String> {
+/// What happened to one stored spec: refused as it is read (a knob with no place in it), by a
+/// rule, or built.
+fn outcome(values: &SpecValues, run: bool) -> Result<String, String> {
+    let spec = match KernelSpec::try_from(values.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            let rule = format!("{e:?}");
+            return Ok(format!(
+                "refused as read: {}",
+                rule.split([' ', '{', '(']).next().unwrap_or("")
+            ));
+        }
+    };
+    let spec = &spec;
     let built = match spec.validate() {
         Err(e) => {
             // A refusal comes from a rule, before LLVM (validate's error type has no compiler
@@ -309,14 +316,14 @@ fn random_specs_are_refused_by_a_rule_or_build_a_kernel_that_agrees() {
         ..Config::default()
     });
     let strategy = spec();
-    let specs: Vec<KernelSpec> = (0..CASES)
+    let specs: Vec<SpecValues> = (0..CASES)
         .map(|_| strategy.new_tree(&mut runner).map(|t| t.current()))
         .collect::<Result<_, _>>()
         .unwrap();
     let start = std::time::Instant::now();
     // Specs compile in parallel; the first RUNS that build also run on the emulator.
     let valid: Vec<usize> = (0..specs.len())
-        .filter(|&i| specs[i].validate().is_ok())
+        .filter(|&i| KernelSpec::try_from(specs[i].clone()).is_ok_and(|s| s.validate().is_ok()))
         .take(RUNS)
         .collect();
     let results: Vec<Result<String, String>> = specs
@@ -415,7 +422,9 @@ fn split_k_rules() {
             "{e}"
         );
     }
-    let e = KernelSpec::lds().split_k(2).validate().unwrap_err();
+    let mut stored = KernelSpec::lds().values();
+    stored.split_k = 2;
+    let e = KernelSpec::try_from(stored).unwrap_err();
     assert!(
         matches!(
             e,

@@ -335,7 +335,7 @@ fn tiles_and_flags() {
                 tile(32)
                     .mma(tilegen_kernels::MfmaShape::M32N32K64)
                     .b_prefetch(true)
-                    .deep_prime(true),
+                    .with_prefetch(|p| p.deep_prime(true)),
             )
             .down(
                 tile(32)
@@ -349,8 +349,8 @@ fn tiles_and_flags() {
             .down(
                 tile(32)
                     .b_prefetch(true)
-                    .cluster_drain_sched(true)
-                    .mfma_cluster(2),
+                    .with_prefetch(|p| p.cluster_drain_sched(true))
+                    .with_prefetch(|p| p.with_cluster(|c| c.mfma_cluster(2))),
             ),
     ];
     let cases = specs

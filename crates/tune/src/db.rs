@@ -11,6 +11,9 @@
 //!
 //! A file is recognised before anything is written to it: by its SQLite `application_id`
 //! ([`APPLICATION_ID`]) and its schema (the `meta` format row, the tables and their columns).
+//! `meta` also records the form its rows' specs are stored in (`spec_format`,
+//! [`SPEC_FORMAT`]): a file without the record holds format 1, one newer than this build's is
+//! refused, and a writer marks an older file with its own.
 //! Another application's file, or anything that is not an SQLite database, is refused with
 //! [`DbError::NotOurs`] and left byte for byte as it was: no table created, no row inserted, no
 //! switch to WAL, no `-wal`/`-shm` file made beside it. Only a new or empty file is initialised.
@@ -31,9 +34,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde::{Deserialize, Serialize};
-use tilegen_kernels::SpecValues;
+use tilegen_kernels::{SPEC_FORMAT, SpecValues};
 use tilegen_output::{Output, OutputError};
 
 use crate::eval::{By, Detail};
@@ -77,6 +82,18 @@ pub enum DbError {
         path: PathBuf,
         /// The format it claims.
         found: Option<String>,
+    },
+    /// The file stores its specs in a newer form than this build reads: its rows may hold knobs
+    /// this build does not know.
+    #[error(
+        "{} stores kernel specs in spec format {found}; this build reads spec formats up to {SPEC_FORMAT}",
+        path.display()
+    )]
+    SpecFormat {
+        /// The file.
+        path: PathBuf,
+        /// The `spec_format` row of its `meta` table.
+        found: String,
     },
     /// A row holds a value no evaluation can produce.
     #[error("tuning database {}: {table} row {row}: {column} {rule}", path.display())]
@@ -861,6 +878,32 @@ fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
     })
 }
 
+/// The spec format the file's rows are stored in: its `meta` table's `spec_format` row (a file
+/// from before the row existed holds format 1), or the refusal of one newer than this build's.
+fn spec_format(conn: &Connection, path: &Path) -> Result<u32, DbError> {
+    let found: Option<String> = conn
+        .query_row(
+            "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'spec_format'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|source| DbError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let Some(found) = found else {
+        return Ok(1);
+    };
+    match found.parse::<u32>() {
+        Ok(v) if v <= SPEC_FORMAT => Ok(v),
+        _ => Err(DbError::SpecFormat {
+            path: path.to_path_buf(),
+            found,
+        }),
+    }
+}
+
 /// The `format` row of `meta`, whatever its type; `None` also when `meta` has no such columns.
 fn format_row(conn: &Connection) -> rusqlite::Result<Option<String>> {
     let Ok(mut st) = conn.prepare("SELECT value FROM meta WHERE key = 'format'") else {
@@ -1007,11 +1050,14 @@ impl Db {
             Err(err) => return Err(e(err)),
         };
         match found {
-            Found::Ours { .. } => Ok(Db {
-                conn,
-                path,
-                writable: false,
-            }),
+            Found::Ours { .. } => {
+                spec_format(&conn, &path)?;
+                Ok(Db {
+                    conn,
+                    path,
+                    writable: false,
+                })
+            }
             Found::Empty => Err(not_ours(&path, NotOurs::Empty)),
             Found::Foreign(why) => Err(not_ours(&path, why)),
             Found::OtherFormat(found) => Err(DbError::Format { path, found }),
@@ -1048,6 +1094,7 @@ impl Db {
                 tx.execute_batch(&format!(
                     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                      INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
+                     INSERT OR IGNORE INTO meta VALUES ('spec_format', '{SPEC_FORMAT}');
                      {}
                      {}
                      {}",
@@ -1067,6 +1114,14 @@ impl Db {
                 }
                 if !claims {
                     tx.execute_batch(&claims_sql()).map_err(&e)?;
+                }
+                // Rows this build writes are in its spec format: an older file is marked so.
+                if spec_format(&tx, &self.path)? < SPEC_FORMAT {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO meta VALUES ('spec_format', ?1)",
+                        [SPEC_FORMAT.to_string()],
+                    )
+                    .map_err(&e)?;
                 }
             }
             Found::OtherFormat(found) => {

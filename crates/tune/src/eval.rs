@@ -388,7 +388,7 @@ mod tests {
             },
             ..ModelEvaluator::default()
         };
-        let kernel = compile(&KernelSpec::preb()).unwrap();
+        let kernel = compile(&KernelSpec::preb().into()).unwrap();
         let shape = Shape {
             m: 16,
             n: 256,

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tilegen_kernels::{BuildError, CompiledKernel, KernelSpec, SpecValues};
+use tilegen_kernels::{BuildError, CompiledKernel, KernelSpec, SPEC_FORMAT, SpecError};
 use tilegen_output::{Output, OutputError};
 
 use crate::db::{Db, DbError, DeviceName, Row, Status};
@@ -97,6 +97,16 @@ pub enum PackError {
     /// A template shape has no tuning result and `require_tuned` was asked.
     #[error("no tuning result for {0} in the database (--require-tuned)")]
     Untuned(Shape),
+    /// A database row's spec is refused as it is read: a knob where its kernel has no place
+    /// for it.
+    #[error("the spec of database row {uid} is refused")]
+    StoredSpec {
+        /// The row's history id.
+        uid: String,
+        /// Why.
+        #[source]
+        source: SpecError,
+    },
     /// A spec did not compile.
     #[error("compiling {kernel}")]
     Build {
@@ -204,9 +214,9 @@ pub struct Served {
 pub struct ManifestKernel {
     /// Kernel symbol.
     pub name: String,
-    /// The spec (read strictly: a field this build does not know is refused).
-    #[serde(deserialize_with = "strict_spec")]
-    pub spec: SpecValues,
+    /// The spec, in its stored form (read strictly: a field this build does not know, or a knob
+    /// where its kernel has no place for it, is refused).
+    pub spec: KernelSpec,
     /// The spec's cache key.
     pub cache_key: String,
     /// The code object, relative to the pack.
@@ -226,6 +236,10 @@ pub struct ManifestKernel {
 pub struct Manifest {
     /// [`PACK_FORMAT`].
     pub format: u32,
+    /// The stored form of its specs ([`SPEC_FORMAT`]); a manifest from before it was recorded
+    /// holds version 1.
+    #[serde(default = "spec_format_1")]
+    pub spec_format: u32,
     /// tilegen version that built it.
     pub tilegen_version: String,
     /// LLVM version that compiled it.
@@ -240,71 +254,9 @@ pub struct Manifest {
     pub kernels: Vec<ManifestKernel>,
 }
 
-/// The names of the fields a type's derived `Deserialize` accepts, as the derive declares them.
-/// `SpecValues` is shared with the tuning database, which reads older rows leniently; the
-/// manifest alone reads it strictly, through this list.
-fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
-    struct Probe<'a>(&'a mut &'static [&'static str]);
-    impl<'de> serde::Deserializer<'de> for Probe<'_> {
-        type Error = serde::de::value::Error;
-        fn deserialize_any<V: serde::de::Visitor<'de>>(
-            self,
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            Err(serde::de::Error::custom(
-                "only a struct's fields are probed",
-            ))
-        }
-        fn deserialize_struct<V: serde::de::Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            *self.0 = fields;
-            Err(serde::de::Error::custom("probed"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-            ignored_any
-        }
-    }
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(Probe(&mut fields));
-    fields
-}
-
-/// A manifest's spec: every key a field of [`SpecValues`], none twice.
-fn strict_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SpecValues, D::Error> {
-    use serde::de::Error;
-    struct Keys;
-    impl<'de> serde::de::Visitor<'de> for Keys {
-        type Value = serde_json::Map<String, serde_json::Value>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a kernel spec (an object)")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut a: A,
-        ) -> Result<Self::Value, A::Error> {
-            let fields = struct_fields::<SpecValues>();
-            let mut map = serde_json::Map::new();
-            while let Some(key) = a.next_key::<String>()? {
-                if !fields.contains(&key.as_str()) {
-                    return Err(A::Error::unknown_field(&key, fields));
-                }
-                if map.contains_key(&key) {
-                    return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
-                }
-                let value: serde_json::Value = a.next_value()?;
-                map.insert(key, value);
-            }
-            Ok(map)
-        }
-    }
-    let map = d.deserialize_map(Keys)?;
-    SpecValues::deserialize(serde_json::Value::Object(map)).map_err(D::Error::custom)
+/// The spec format of a manifest that does not record one.
+fn spec_format_1() -> u32 {
+    1
 }
 
 /// A compile-cache entry that was not used: its kernel was compiled again.
@@ -769,7 +721,10 @@ pub fn build(
     for shape in template.shapes() {
         let (spec, s) = match chosen.get(&shape) {
             Some(r) => (
-                KernelSpec::from(r.spec.clone()),
+                KernelSpec::try_from(r.spec.clone()).map_err(|source| PackError::StoredSpec {
+                    uid: r.uid.clone(),
+                    source,
+                })?,
                 Served {
                     m: shape.m,
                     n: shape.n,
@@ -819,6 +774,7 @@ pub fn build(
     std::fs::create_dir(tmp.join("kernels")).map_err(io("creating", &tmp))?;
     let mut manifest = Manifest {
         format: PACK_FORMAT,
+        spec_format: SPEC_FORMAT,
         tilegen_version: tilegen_version().into(),
         llvm_version: llvm_version(),
         target: TARGET.into(),
@@ -834,7 +790,7 @@ pub fn build(
         Output::check(tmp.join(&file))?.write(k.code_object())?;
         manifest.kernels.push(ManifestKernel {
             name: k.name().to_string(),
-            spec: k.spec().values().clone(),
+            spec: k.spec().clone(),
             cache_key: k.cache_key().to_string(),
             file,
             sha256: sha256_hex(k.code_object()),
@@ -913,6 +869,18 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
             what: "the pack format",
             found: format.map_or("missing".into(), |f| f.to_string()),
             expected: PACK_FORMAT.to_string(),
+        });
+    }
+    // Specs stored in a newer form than this build reads would hold knobs it does not know.
+    let spec_format = probe.get("spec_format").map_or(Some(1), |f| f.as_u64());
+    if spec_format.is_none_or(|f| f > u64::from(SPEC_FORMAT)) {
+        return Err(PackError::Version {
+            dir: dir.to_path_buf(),
+            what: "the spec format",
+            found: probe
+                .get("spec_format")
+                .map_or("missing".into(), |f| f.to_string()),
+            expected: format!("{SPEC_FORMAT} or older"),
         });
     }
     let version = |what, found: &str, expected: &str| {
@@ -1002,7 +970,7 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
                 k.file, k.sha256
             )));
         }
-        let spec = KernelSpec::from(k.spec.clone());
+        let spec = &k.spec;
         spec.validate()
             .map_err(|e| tampered(format!("kernel {}: its spec is invalid: {e}", k.name)))?;
         if spec.cache_key() != k.cache_key || spec.kernel_name() != k.name {
@@ -1161,7 +1129,7 @@ impl Pack {
             })?;
         let mk = &self.manifest.kernels[i];
         Ok(PackKernel {
-            spec: KernelSpec::from(mk.spec.clone()),
+            spec: mk.spec.clone(),
             name: mk.name.clone(),
             m_bucket: bucket,
             tuned,

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 use tilegen_arch::COMPUTE_UNITS;
-use tilegen_kernels::{KernelSpec, SpecError, Variant};
+use tilegen_kernels::gemm::{Knob, KnobValue, Scope};
+use tilegen_kernels::{KernelSpec, SpecError};
 
 use crate::template::{Shape, Space};
 
@@ -63,6 +64,7 @@ pub fn rule_label(e: &SpecError) -> String {
         SpecError::LdsBudget { .. } => "LDS budget".into(),
         SpecError::RegisterBudget { .. } => "register budget".into(),
         SpecError::Ignored { setter, .. } => format!("{setter} ignored"),
+        SpecError::KnobType { knob, .. } => format!("{knob} of the wrong type"),
     }
 }
 
@@ -71,215 +73,175 @@ pub fn rule_label(e: &SpecError) -> String {
 /// the shipped templates hold about 2,000.
 pub const MAX_COMBINATIONS: u64 = 200_000;
 
-/// How many combinations [`enumerate`] generates for `space`, computed without generating
-/// them (so a huge space is refused at once): the same dimensions, collapsed the same way.
-/// Saturates at `u64::MAX`.
-pub fn combinations(space: &Space) -> u64 {
-    let n = |len: usize| len as u128;
-    let mut total: u128 = 0;
-    for &variant in &space.variant {
-        let preb = variant == Variant::Preb;
-        let (splits, orders, policies) = if preb {
-            (
-                n(space.split_k.len()),
-                n(space.xcd_group_m.len()),
-                n(space.b_cache_policy.len()),
-            )
-        } else {
-            (1, 1, 1)
-        };
-        let modes = n(space.acc_agprs.len()) * orders;
-        // Per prefetch setting: the cluster, deep-prime and depth settings it multiplies in.
-        let prefetch: u128 = if preb {
-            space
-                .b_prefetch
-                .iter()
-                .map(|&bpf| {
-                    if !bpf {
-                        return 1;
-                    }
-                    let clusters: u128 = space
-                        .cluster_drain_sched
-                        .iter()
-                        .map(|&cds| if cds { n(space.mfma_cluster.len()) } else { 1 })
-                        .sum();
-                    clusters * n(space.deep_prime.len()) * n(space.b_prefetch_depth.len())
-                })
-                .sum()
-        } else {
-            1
-        };
-        let per_tile = n(space.bn.len())
-            * n(space.bk_elems.len())
-            * n(space.wn.len())
-            * n(space.mma.len())
-            * policies
-            * n(space.dram_to_lds.len())
-            * prefetch
-            * n(space.waves_per_eu.len())
-            * splits
-            * modes;
-        for &bm in &space.bm {
-            let wms = if preb {
-                1 + n(space.wm.iter().filter(|&&w| w < bm).count())
-            } else {
-                n(space.wm.len())
-            };
-            total = total.saturating_add(wms.saturating_mul(per_tile));
-        }
-    }
-    u64::try_from(total).unwrap_or(u64::MAX)
+/// The axes in the order a spec takes them: the variant first (it makes the spec), then every
+/// other knob with an axis in the knobs' order, so a switch comes before the knobs it makes a
+/// place for.
+fn order(space: &Space) -> Vec<Knob> {
+    std::iter::once(Knob::Variant)
+        .chain(space.axes().map(|(k, _)| k).filter(|&k| k != Knob::Variant))
+        .collect()
 }
 
-/// Every valid spec of `space`. A dimension the variant (or an unset flag) ignores is not
-/// multiplied in: the lds variant takes none of the preb flags (`split_k` included), preb takes
-/// its default `wm` (= BM) and the listed values below BM, and `mfma_cluster` varies only with
-/// `cluster_drain_sched`. Everything else is generated and judged by [`KernelSpec::validate`].
+/// One step of a combination: a value for the axis, or `None` to keep the spec's own (the
+/// knob's default, or a knob the spec has no place for).
+type Choice = Option<KnobValue>;
+
+/// The choices of axis `k` for a spec made so far (`None` before the variant). A knob the spec
+/// has no place for (a preb knob on the LDS-staged kernel, a pipeline setting without
+/// `b_prefetch`, a cluster size without `cluster_drain_sched`) is not multiplied in. Preb's `wm`
+/// takes its default (one wave over all BM rows) and each listed value below BM, which splits
+/// BM across waves; a value of BM or more would be the default again or no tile at all.
+fn choices(space: &Space, k: Knob, spec: Option<&KernelSpec>) -> Vec<Choice> {
+    let Some(spec) = spec else {
+        return space.axis(k).iter().copied().map(Some).collect();
+    };
+    if k.get(spec).is_none() {
+        return vec![None];
+    }
+    match (k, spec) {
+        (Knob::Wm, KernelSpec::Preb(p)) => std::iter::once(None)
+            .chain(
+                space
+                    .counts(Knob::Wm)
+                    .into_iter()
+                    .filter(|&w| w < p.bm)
+                    .map(|w| Some(KnobValue::Count(w))),
+            )
+            .collect(),
+        _ => space.axis(k).iter().copied().map(Some).collect(),
+    }
+}
+
+/// The spec after choosing `c` for axis `k`.
+fn apply(space: &Space, k: Knob, spec: Option<&KernelSpec>, c: Choice) -> KernelSpec {
+    match (spec, c) {
+        (None, Some(KnobValue::Variant(v))) => KernelSpec::of_variant(v).out_dtype(space.out_dtype),
+        (Some(s), Some(v)) => {
+            let mut s = s.clone();
+            // The choices are the knob's own values, where the spec has the knob.
+            let _ = k.set(&mut s, v);
+            s
+        }
+        (Some(s), None) => s.clone(),
+        (None, _) => KernelSpec::default().out_dtype(space.out_dtype),
+    }
+}
+
+/// Whether later axes depend on axis `k`'s value: the variant and the switches decide which
+/// knobs a spec has, and `bm` bounds preb's `wm`.
+fn shapes_later_axes(k: Knob) -> bool {
+    k.scope() == Scope::Structure || k == Knob::Bm
+}
+
+/// How many combinations [`enumerate`] generates for `space`, computed without generating
+/// them (so a huge space is refused at once): the same axes, with the same dependencies, counted
+/// by branching only where later axes depend on a value. Saturates at `u64::MAX`.
+pub fn combinations(space: &Space) -> u64 {
+    fn count(space: &Space, order: &[Knob], spec: Option<&KernelSpec>) -> u128 {
+        let Some((&k, rest)) = order.split_first() else {
+            return 1;
+        };
+        let cs = choices(space, k, spec);
+        if shapes_later_axes(k) {
+            cs.into_iter()
+                .map(|c| count(space, rest, Some(&apply(space, k, spec, c))))
+                .fold(0u128, u128::saturating_add)
+        } else {
+            let rest = match spec {
+                Some(_) => count(space, rest, spec),
+                None => 0,
+            };
+            (cs.len() as u128).saturating_mul(rest)
+        }
+    }
+    u64::try_from(count(space, &order(space), None)).unwrap_or(u64::MAX)
+}
+
+/// Every combination of a space's axes as a spec, in a fixed order (the variant outermost, then
+/// the knobs' order): an odometer whose wheels depend on the wheels before them.
+pub struct Combinations<'a> {
+    space: &'a Space,
+    order: Vec<Knob>,
+    /// Per axis chosen so far: its choices, the one taken, and the spec after it.
+    wheels: Vec<(Vec<Choice>, usize, KernelSpec)>,
+    started: bool,
+}
+
+impl<'a> Combinations<'a> {
+    /// The combinations of `space`.
+    pub fn new(space: &'a Space) -> Self {
+        Combinations {
+            space,
+            order: order(space),
+            wheels: Vec::new(),
+            started: false,
+        }
+    }
+
+    /// Turns the innermost wheel that has a next choice, dropping the exhausted ones; `false`
+    /// when every wheel is exhausted.
+    fn turn(&mut self) -> bool {
+        while let Some((cs, at, _)) = self.wheels.last_mut() {
+            if *at + 1 < cs.len() {
+                *at += 1;
+                let (c, at) = (cs[*at], self.wheels.len() - 1);
+                let before = at.checked_sub(1).map(|i| self.wheels[i].2.clone());
+                self.wheels[at].2 = apply(self.space, self.order[at], before.as_ref(), c);
+                return true;
+            }
+            self.wheels.pop();
+        }
+        false
+    }
+}
+
+impl Iterator for Combinations<'_> {
+    type Item = KernelSpec;
+
+    fn next(&mut self) -> Option<KernelSpec> {
+        if self.started && !self.turn() {
+            return None;
+        }
+        self.started = true;
+        loop {
+            let depth = self.wheels.len();
+            let before = self.wheels.last().map(|w| w.2.clone());
+            if depth == self.order.len() {
+                return before;
+            }
+            let k = self.order[depth];
+            let cs = choices(self.space, k, before.as_ref());
+            match cs.first() {
+                Some(&c) => {
+                    let spec = apply(self.space, k, before.as_ref(), c);
+                    self.wheels.push((cs, 0, spec));
+                }
+                // An empty axis: no combination below here.
+                None => {
+                    if !self.turn() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every valid spec of `space`: its [`Combinations`], each judged by
+/// [`KernelSpec::validate`], and distinct by cache key.
 pub fn enumerate(space: &Space) -> Enumeration {
     let mut stats = EnumStats::default();
     let mut specs = Vec::new();
     let mut keys = HashSet::new();
-    let off = [false];
-    for &variant in &space.variant {
-        let preb = variant == Variant::Preb;
-        // Preb always takes its default (one wave over all BM rows) and each listed wm below
-        // BM, which splits BM across waves; lds takes the listed values.
-        let wms: Vec<Option<u32>> = if preb {
-            std::iter::once(None)
-                .chain(space.wm.iter().copied().map(Some))
-                .collect()
-        } else {
-            space.wm.iter().copied().map(Some).collect()
-        };
-        let splits: &[u32] = if preb { &space.split_k } else { &[1] };
-        let orders: &[u32] = if preb { &space.xcd_group_m } else { &[0] };
-        let modes: Vec<(bool, u32)> = space
-            .acc_agprs
-            .iter()
-            .flat_map(|&a| orders.iter().map(move |&g| (a, g)))
-            .collect();
-        let prefetch: &[bool] = if preb { &space.b_prefetch } else { &off };
-        let policies = if preb {
-            space.b_cache_policy.clone()
-        } else {
-            vec![tilegen_kernels::CachePolicy::Always]
-        };
-        for &bm in &space.bm {
-            for &bn in &space.bn {
-                for &bk in &space.bk_elems {
-                    for &wm in &wms {
-                        // A preb wm of BM or more is its default (one wave over BM rows) or
-                        // no tile at all: not a combination of its own.
-                        if preb && wm.is_some_and(|w| w >= bm) {
-                            continue;
-                        }
-                        for &wn in &space.wn {
-                            for &mma in &space.mma {
-                                for &bpf in prefetch {
-                                    for &policy in &policies {
-                                        for &d2l in &space.dram_to_lds {
-                                            let cds_list: &[bool] = if preb && bpf {
-                                                &space.cluster_drain_sched
-                                            } else {
-                                                &off
-                                            };
-                                            for &cds in cds_list {
-                                                let clusters: Vec<Option<u32>> = if cds {
-                                                    space
-                                                        .mfma_cluster
-                                                        .iter()
-                                                        .copied()
-                                                        .map(Some)
-                                                        .collect()
-                                                } else {
-                                                    vec![None]
-                                                };
-                                                let primes: &[bool] = if preb && bpf {
-                                                    &space.deep_prime
-                                                } else {
-                                                    &off
-                                                };
-                                                let depths: &[u32] = if preb && bpf {
-                                                    &space.b_prefetch_depth
-                                                } else {
-                                                    &[1]
-                                                };
-                                                for &mc in &clusters {
-                                                    for (&dp, &depth) in
-                                                        primes.iter().flat_map(|p| {
-                                                            depths.iter().map(move |d| (p, d))
-                                                        })
-                                                    {
-                                                        for (&w, &sk, &(agpr, xg)) in product3(
-                                                            &space.waves_per_eu,
-                                                            splits,
-                                                            &modes,
-                                                        ) {
-                                                            stats.combinations += 1;
-                                                            let mut s = if preb {
-                                                                KernelSpec::preb()
-                                                            } else {
-                                                                KernelSpec::lds()
-                                                            };
-                                                            s = s.bm(bm).bn(bn).bk_elems(bk).wn(wn);
-                                                            if let Some(wm) = wm {
-                                                                s = s.wm(wm);
-                                                            }
-                                                            if mma != s.mma {
-                                                                s = s.mma(mma);
-                                                            }
-                                                            if bpf {
-                                                                s = s.b_prefetch(true);
-                                                            }
-                                                            if policy != s.b_cache_policy {
-                                                                s = s.b_cache_policy(policy);
-                                                            }
-                                                            if d2l {
-                                                                s = s.dram_to_lds(true);
-                                                            }
-                                                            if cds {
-                                                                s = s.cluster_drain_sched(true);
-                                                            }
-                                                            if let Some(mc) = mc {
-                                                                s = s.mfma_cluster(mc);
-                                                            }
-                                                            if dp {
-                                                                s = s.deep_prime(true);
-                                                            }
-                                                            if depth != 1 {
-                                                                s = s.b_prefetch_depth(depth);
-                                                            }
-                                                            s = s
-                                                                .waves_per_eu(w)
-                                                                .split_k(sk)
-                                                                .acc_agprs(agpr)
-                                                                .xcd_group_m(xg)
-                                                                .out_dtype(space.out_dtype);
-                                                            match s.validate() {
-                                                                Err(e) => {
-                                                                    *stats
-                                                                        .pruned
-                                                                        .entry(rule_label(&e))
-                                                                        .or_default() += 1;
-                                                                }
-                                                                Ok(()) => {
-                                                                    if keys.insert(s.cache_key()) {
-                                                                        specs.push(s);
-                                                                    } else {
-                                                                        stats.duplicates += 1;
-                                                                    }
-                                                                }
-                                                            }
-                                                        }
-                                                    }
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
+    for s in Combinations::new(space) {
+        stats.combinations += 1;
+        match s.validate() {
+            Err(e) => *stats.pruned.entry(rule_label(&e)).or_default() += 1,
+            Ok(()) => {
+                if keys.insert(s.cache_key()) {
+                    specs.push(s);
+                } else {
+                    stats.duplicates += 1;
                 }
             }
         }
@@ -288,20 +250,43 @@ pub fn enumerate(space: &Space) -> Enumeration {
     Enumeration { specs, stats }
 }
 
-/// Every `(a, b, c)` of three lists, `a` outermost.
-fn product3<'a, A, B, C>(
-    a: &'a [A],
-    b: &'a [B],
-    c: &'a [C],
-) -> impl Iterator<Item = (&'a A, &'a B, &'a C)> {
-    a.iter()
-        .flat_map(move |x| b.iter().flat_map(move |y| c.iter().map(move |z| (x, y, z))))
+/// The default spec of a template's output type: the baseline every report compares with.
+pub fn default_spec(space: &Space) -> KernelSpec {
+    KernelSpec::preb().out_dtype(space.out_dtype).into()
+}
+
+/// Whether `spec` is worth evaluating on `shape`. A split-K spec runs only where K divides into
+/// its slices, and is skipped where the tiles alone already give every CU a workgroup (the
+/// split then only adds atomics). With `prune_tall_tiles`, a spec whose BM is taller than the
+/// shortest BM of the space that covers M in one tile computes only padding rows, and is
+/// skipped (the default spec never is).
+pub fn worth(space: &Space, spec: &KernelSpec, shape: &Shape) -> bool {
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    if spec.split_k() > 1 {
+        let tiles = m.div_ceil(spec.bm as usize) * n.div_ceil(spec.bn as usize);
+        if spec.check_problem(m, n, k).is_err() || tiles >= COMPUTE_UNITS as usize {
+            return false;
+        }
+    }
+    if !space.prune_tall_tiles || spec.cache_key() == default_spec(space).cache_key() {
+        return true;
+    }
+    match space
+        .counts(Knob::Bm)
+        .into_iter()
+        .filter(|&b| b >= shape.m)
+        .min()
+    {
+        Some(cover) => spec.bm <= cover,
+        None => true,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::template::Template;
+    use tilegen_kernels::Variant;
 
     /// The closed-form count is the count enumeration makes, for every shipped template and
     /// for spaces with one axis at a time widened or emptied.
@@ -318,49 +303,31 @@ mod tests {
         assert!(!spaces.is_empty());
         let base = spaces[0].clone();
         let mut v = base.clone();
-        v.b_prefetch = vec![false, true];
-        v.cluster_drain_sched = vec![true, false];
-        v.mfma_cluster = vec![1, 2, 4];
-        v.deep_prime = vec![false, true];
-        v.b_prefetch_depth = vec![1, 2];
+        let flags = |on: &[bool]| on.iter().map(|&b| KnobValue::Flag(b)).collect::<Vec<_>>();
+        let counts = |c: &[u32]| c.iter().map(|&x| KnobValue::Count(x)).collect::<Vec<_>>();
+        v.set_axis(Knob::BPrefetch, flags(&[false, true]));
+        v.set_axis(Knob::ClusterDrainSched, flags(&[true, false]));
+        v.set_axis(Knob::MfmaCluster, counts(&[1, 2, 4]));
+        v.set_axis(Knob::DeepPrime, flags(&[false, true]));
+        v.set_axis(Knob::BPrefetchDepth, counts(&[1, 2]));
+        v.set_axis(Knob::BBurst, flags(&[false, true]));
         spaces.push(v.clone());
-        v.wm = vec![16, 32, 64, 128, 256];
-        v.split_k = vec![1, 2];
-        v.xcd_group_m = vec![0, 4];
+        v.set_axis(Knob::Wm, counts(&[16, 32, 64, 128, 256]));
+        v.set_axis(Knob::SplitK, counts(&[1, 2]));
+        v.set_axis(Knob::XcdGroupM, counts(&[0, 4]));
         spaces.push(v.clone());
-        v.variant = vec![Variant::Lds];
+        v.set_axis(
+            Knob::Variant,
+            [
+                KnobValue::Variant(Variant::Lds),
+                KnobValue::Variant(Variant::Preb),
+            ],
+        );
         spaces.push(v.clone());
-        v.bn.clear();
+        v.set_axis(Knob::Bn, []);
         spaces.push(v);
         for s in &spaces {
             assert_eq!(combinations(s), enumerate(s).stats.combinations, "{s:?}");
         }
-    }
-}
-
-/// The default spec of a template's output type: the baseline every report compares with.
-pub fn default_spec(space: &Space) -> KernelSpec {
-    KernelSpec::preb().out_dtype(space.out_dtype)
-}
-
-/// Whether `spec` is worth evaluating on `shape`. A split-K spec runs only where K divides into
-/// its slices, and is skipped where the tiles alone already give every CU a workgroup (the
-/// split then only adds atomics). With `prune_tall_tiles`, a spec whose BM is taller than the
-/// shortest BM of the space that covers M in one tile computes only padding rows, and is
-/// skipped (the default spec never is).
-pub fn worth(space: &Space, spec: &KernelSpec, shape: &Shape) -> bool {
-    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
-    if spec.split_k > 1 {
-        let tiles = m.div_ceil(spec.bm as usize) * n.div_ceil(spec.bn as usize);
-        if spec.check_problem(m, n, k).is_err() || tiles >= COMPUTE_UNITS as usize {
-            return false;
-        }
-    }
-    if !space.prune_tall_tiles || spec.cache_key() == default_spec(space).cache_key() {
-        return true;
-    }
-    match space.bm.iter().copied().filter(|&b| b >= shape.m).min() {
-        Some(cover) => spec.bm <= cover,
-        None => true,
     }
 }

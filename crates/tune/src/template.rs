@@ -8,7 +8,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tilegen_kernels::{CachePolicy, KernelSpec, MfmaShape, OutDtype, Variant, check_problem};
+use tilegen_kernels::gemm::{Axis, Knob, KnobValue};
+use tilegen_kernels::{OutDtype, Variant, check_problem};
 use toml::Spanned;
 
 /// Why a template was refused: the file, the 1-based line and column, and the rule.
@@ -74,52 +75,46 @@ impl fmt::Display for Shape {
     }
 }
 
-/// The configuration space: every combination of these values is a candidate, the dimensions
-/// a variant ignores collapse, and `KernelSpec::validate` prunes the rest before LLVM runs.
+/// The configuration space: one axis per searchable knob of the spec (its values, in the
+/// template's order; the knob's default where the template lists none), searched as every
+/// combination the spec's structure allows (see [`crate::space`]); `KernelSpec::validate` prunes
+/// the rest before LLVM runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Space {
-    /// Kernel families.
-    pub variant: Vec<Variant>,
-    /// Rows of C per workgroup.
-    pub bm: Vec<u32>,
-    /// Columns of C per workgroup.
-    pub bn: Vec<u32>,
-    /// K elements per stage.
-    pub bk_elems: Vec<u32>,
-    /// Rows per wave: the lds variant's; on preb each value below BM splits BM across waves
-    /// (preb also always takes its default, one wave per BM rows).
-    pub wm: Vec<u32>,
-    /// Columns per wave.
-    pub wn: Vec<u32>,
-    /// MFMA shapes.
-    pub mma: Vec<MfmaShape>,
-    /// Depth-2 pipeline (preb).
-    pub b_prefetch: Vec<bool>,
-    /// B cache policies (preb).
-    pub b_cache_policy: Vec<CachePolicy>,
-    /// Direct global-to-LDS loads of A.
-    pub dram_to_lds: Vec<bool>,
-    /// Per-cluster priority brackets (preb, with b_prefetch).
-    pub cluster_drain_sched: Vec<bool>,
-    /// MFMAs per cluster (with cluster_drain_sched).
-    pub mfma_cluster: Vec<u32>,
-    /// Stage A two tiles ahead (preb, with b_prefetch).
-    pub deep_prime: Vec<bool>,
-    /// K tiles of B in flight ahead of the one multiplied (preb, with b_prefetch).
-    pub b_prefetch_depth: Vec<u32>,
-    /// Occupancy targets; `None` lets the compiler choose (written `0` in a template).
-    pub waves_per_eu: Vec<Option<u32>>,
-    /// Split-K slice counts (preb; 1 = no split).
-    pub split_k: Vec<u32>,
-    /// MFMA accumulators in AGPRs or not.
-    pub acc_agprs: Vec<bool>,
-    /// XCD-aware tile orders (preb; 0 = the grid's order).
-    pub xcd_group_m: Vec<u32>,
+    /// Every knob with an axis and its values, in the knobs' order.
+    axes: Vec<(Knob, Vec<KnobValue>)>,
     /// Element type of C (one per template: a pack serves one C type).
     pub out_dtype: OutDtype,
     /// Skip a (spec, M) pair when a shorter BM of the space already covers M in one tile: the
     /// taller tile computes only padding rows (on by default).
     pub prune_tall_tiles: bool,
+}
+
+impl Space {
+    /// Knob `k`'s values (none for a knob without an axis).
+    pub fn axis(&self, k: Knob) -> &[KnobValue] {
+        self.axes
+            .iter()
+            .find(|(a, _)| *a == k)
+            .map_or(&[], |(_, v)| v.as_slice())
+    }
+
+    /// Replaces knob `k`'s values (a knob without an axis keeps none).
+    pub fn set_axis(&mut self, k: Knob, values: impl IntoIterator<Item = KnobValue>) {
+        if let Some((_, v)) = self.axes.iter_mut().find(|(a, _)| *a == k) {
+            *v = values.into_iter().collect();
+        }
+    }
+
+    /// The counts of a count knob's axis (`bm`, `split_k`, ...).
+    pub fn counts(&self, k: Knob) -> Vec<u32> {
+        self.axis(k).iter().filter_map(|v| v.count()).collect()
+    }
+
+    /// Every knob that has an axis, with its values, in the knobs' order.
+    pub fn axes(&self) -> impl Iterator<Item = (Knob, &[KnobValue])> {
+        self.axes.iter().map(|(k, v)| (*k, v.as_slice()))
+    }
 }
 
 /// A parsed, checked template.
@@ -166,31 +161,89 @@ struct RawGemm {
     k_model: Option<Spanned<i64>>,
 }
 
-type List<T> = Option<Spanned<Vec<Spanned<T>>>>;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[space]` as written: the two settings, and one list per knob axis, kept with their
+/// positions. Read key by key so an unknown key is refused at its own position.
 struct RawSpace {
-    variant: List<Variant>,
-    bm: List<i64>,
-    bn: List<i64>,
-    bk_elems: List<i64>,
-    wm: List<i64>,
-    wn: List<i64>,
-    mma: List<MfmaShape>,
-    b_prefetch: List<bool>,
-    b_cache_policy: List<CachePolicy>,
-    dram_to_lds: List<bool>,
-    cluster_drain_sched: List<bool>,
-    mfma_cluster: List<i64>,
-    deep_prime: List<bool>,
-    b_prefetch_depth: List<i64>,
-    waves_per_eu: List<i64>,
-    split_k: List<i64>,
-    acc_agprs: List<bool>,
-    xcd_group_m: List<i64>,
+    axes: Vec<(Knob, Spanned<Vec<Spanned<toml::Value>>>)>,
     out_dtype: Option<Spanned<OutDtype>>,
     prune_tall_tiles: Option<bool>,
+}
+
+/// A key of `[space]`.
+enum SpaceKey {
+    Axis(Knob),
+    OutDtype,
+    PruneTallTiles,
+}
+
+impl SpaceKey {
+    const SETTINGS: [&str; 2] = ["out_dtype", "prune_tall_tiles"];
+
+    fn of(name: &str) -> Option<SpaceKey> {
+        match name {
+            "out_dtype" => Some(SpaceKey::OutDtype),
+            "prune_tall_tiles" => Some(SpaceKey::PruneTallTiles),
+            _ => Knob::ALL
+                .iter()
+                .find(|k| k.name() == name && k.axis() != Axis::Fixed)
+                .map(|&k| SpaceKey::Axis(k)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SpaceKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        SpaceKey::of(&name).ok_or_else(|| {
+            let known: Vec<&str> = Knob::ALL
+                .iter()
+                .filter(|k| k.axis() != Axis::Fixed)
+                .map(|k| k.name())
+                .chain(SpaceKey::SETTINGS)
+                .collect();
+            serde::de::Error::custom(format!(
+                "unknown key `space.{name}`; the space's keys are {}",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for RawSpace {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = RawSpace;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table of knob axes")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<RawSpace, A::Error> {
+                use serde::de::Error;
+                let mut raw = RawSpace {
+                    axes: Vec::new(),
+                    out_dtype: None,
+                    prune_tall_tiles: None,
+                };
+                while let Some(key) = a.next_key::<SpaceKey>()? {
+                    match key {
+                        SpaceKey::Axis(k) => {
+                            if raw.axes.iter().any(|(x, _)| *x == k) {
+                                return Err(A::Error::duplicate_field(k.name()));
+                            }
+                            raw.axes.push((k, a.next_value()?));
+                        }
+                        SpaceKey::OutDtype => raw.out_dtype = Some(a.next_value()?),
+                        SpaceKey::PruneTallTiles => raw.prune_tall_tiles = Some(a.next_value()?),
+                    }
+                }
+                Ok(raw)
+            }
+        }
+        d.deserialize_map(Keys)
+    }
 }
 
 /// Position of a byte offset as 1-based line and column.
@@ -222,23 +275,6 @@ impl Ctx<'_> {
         }
     }
 
-    /// A list that must be non-empty; absent means `default`.
-    fn list<T: Clone>(
-        &self,
-        key: &str,
-        v: &List<T>,
-        default: Vec<T>,
-    ) -> Result<Vec<Spanned<T>>, TemplateError> {
-        match v {
-            None => Ok(default.into_iter().map(|x| Spanned::new(0..0, x)).collect()),
-            Some(l) if l.get_ref().is_empty() => Err(self.err(
-                l.span(),
-                format!("space.{key} must list at least one value"),
-            )),
-            Some(l) => Ok(l.get_ref().clone()),
-        }
-    }
-
     /// A positive u32 that is a multiple of `of`.
     fn size(&self, what: &str, v: &Spanned<i64>, of: u32, why: &str) -> Result<u32, TemplateError> {
         let x = *v.get_ref();
@@ -257,43 +293,52 @@ impl Ctx<'_> {
         Ok(x)
     }
 
-    fn sizes(
+    /// Knob `k`'s axis: its values, each of the knob's type, within its range, following its
+    /// axis rule, listed once.
+    fn axis(
         &self,
-        key: &str,
-        v: &List<i64>,
-        default: Vec<u32>,
-        of: u32,
-        why: &str,
-    ) -> Result<Vec<u32>, TemplateError> {
-        let list = self.list(key, v, default.into_iter().map(i64::from).collect())?;
-        let mut seen = BTreeSet::new();
-        let mut out = Vec::new();
-        for x in &list {
-            let value = self.size(&format!("space.{key}"), x, of, why)?;
-            if !seen.insert(value) {
-                return Err(self.err(x.span(), format!("space.{key} lists {value} twice")));
+        k: Knob,
+        list: &Spanned<Vec<Spanned<toml::Value>>>,
+    ) -> Result<Vec<KnobValue>, TemplateError> {
+        let key = format!("space.{}", k.name());
+        if list.get_ref().is_empty() {
+            return Err(self.err(list.span(), format!("{key} must list at least one value")));
+        }
+        let mut out: Vec<KnobValue> = Vec::new();
+        for item in list.get_ref() {
+            let err = |rule: String| self.err(item.span(), rule);
+            let value = match item.get_ref() {
+                toml::Value::Integer(i) => {
+                    if let Axis::Sizes { multiple, why } = k.axis() {
+                        let v = Spanned::new(item.span(), *i);
+                        KnobValue::Count(self.size(&key, &v, multiple, why)?)
+                    } else {
+                        k.from_axis(*i).ok_or_else(|| {
+                            err(format!("{key} = {i} is not a value of {}", k.name()))
+                        })?
+                    }
+                }
+                other => k
+                    .deserialize_value(other.clone())
+                    .map_err(|e| err(format!("{key}: {}", e.message().trim())))?,
+            };
+            if let (Some(r), KnobValue::Auto(Some(x)) | KnobValue::Count(x)) = (k.range(), value)
+                && !(r.min..=r.max).contains(&x)
+            {
+                let unset = if matches!(value, KnobValue::Auto(_)) {
+                    "0 (unset) or "
+                } else {
+                    ""
+                };
+                return Err(err(format!(
+                    "{key} = {x} must be {unset}{}..={} ({})",
+                    r.min, r.max, r.why
+                )));
+            }
+            if out.contains(&value) {
+                return Err(err(format!("{key} lists {value} twice")));
             }
             out.push(value);
-        }
-        Ok(out)
-    }
-
-    fn values<T: Clone + PartialEq + fmt::Debug>(
-        &self,
-        key: &str,
-        v: &List<T>,
-        default: Vec<T>,
-    ) -> Result<Vec<T>, TemplateError> {
-        let list = self.list(key, v, default)?;
-        let mut out: Vec<T> = Vec::new();
-        for x in &list {
-            if out.contains(x.get_ref()) {
-                return Err(self.err(
-                    x.span(),
-                    format!("space.{key} lists {:?} twice", x.get_ref()),
-                ));
-            }
-            out.push(x.get_ref().clone());
         }
         Ok(out)
     }
@@ -443,72 +488,20 @@ impl Template {
 
     fn space(cx: &Ctx<'_>, raw: &Spanned<RawSpace>) -> Result<Space, TemplateError> {
         let s = raw.get_ref();
-        let d = KernelSpec::preb();
-        let waves = cx.list("waves_per_eu", &s.waves_per_eu, vec![0])?;
-        let mut waves_per_eu = Vec::new();
-        for w in &waves {
-            let x = *w.get_ref();
-            let v = match x {
-                0 => None,
-                1..=8 => Some(x as u32),
-                _ => {
-                    return Err(cx.err(
-                        w.span(),
-                        format!("space.waves_per_eu = {x} must be 0 (the compiler chooses) or 1..=8 (waves per SIMD)"),
-                    ));
-                }
-            };
-            if waves_per_eu.contains(&v) {
-                return Err(cx.err(w.span(), format!("space.waves_per_eu lists {x} twice")));
+        let mut axes = Vec::new();
+        for &k in Knob::ALL {
+            if k.axis() == Axis::Fixed {
+                continue;
             }
-            waves_per_eu.push(v);
+            let values = match s.axes.iter().find(|(x, _)| *x == k) {
+                Some((_, list)) => cx.axis(k, list)?,
+                // A knob the template does not search keeps its default.
+                None => vec![k.default_value(Variant::Preb)],
+            };
+            axes.push((k, values));
         }
-        let mfma_cluster =
-            cx.sizes("mfma_cluster", &s.mfma_cluster, vec![d.mfma_cluster], 1, "")?;
         Ok(Space {
-            variant: cx.values("variant", &s.variant, vec![Variant::Preb])?,
-            bm: cx.sizes("bm", &s.bm, vec![d.bm], 16, "whole 16-row MFMA tiles")?,
-            bn: cx.sizes("bn", &s.bn, vec![d.bn], 16, "whole 16-column MFMA tiles")?,
-            bk_elems: cx.sizes(
-                "bk_elems",
-                &s.bk_elems,
-                vec![d.bk_elems],
-                128,
-                "whole 128-K MFMA steps",
-            )?,
-            wm: cx.sizes(
-                "wm",
-                &s.wm,
-                vec![KernelSpec::lds().wm],
-                16,
-                "whole 16-row MFMA tiles",
-            )?,
-            wn: cx.sizes("wn", &s.wn, vec![d.wn], 16, "whole 16-column MFMA tiles")?,
-            mma: cx.values("mma", &s.mma, vec![d.mma])?,
-            b_prefetch: cx.values("b_prefetch", &s.b_prefetch, vec![false])?,
-            b_cache_policy: cx.values(
-                "b_cache_policy",
-                &s.b_cache_policy,
-                vec![CachePolicy::Always],
-            )?,
-            dram_to_lds: cx.values("dram_to_lds", &s.dram_to_lds, vec![false])?,
-            cluster_drain_sched: cx.values(
-                "cluster_drain_sched",
-                &s.cluster_drain_sched,
-                vec![false],
-            )?,
-            mfma_cluster,
-            deep_prime: cx.values("deep_prime", &s.deep_prime, vec![false])?,
-            b_prefetch_depth: cx.sizes("b_prefetch_depth", &s.b_prefetch_depth, vec![1], 1, "")?,
-            waves_per_eu,
-            split_k: cx.sizes("split_k", &s.split_k, vec![1], 1, "")?,
-            acc_agprs: cx.values("acc_agprs", &s.acc_agprs, vec![false])?,
-            // 0 is a value here (the grid's order); the spec's rules refuse what is too big.
-            xcd_group_m: cx
-                .values("xcd_group_m", &s.xcd_group_m, vec![0])?
-                .into_iter()
-                .map(|g| u32::try_from(g).unwrap_or(u32::MAX))
-                .collect(),
+            axes,
             out_dtype: s
                 .out_dtype
                 .as_ref()

@@ -172,7 +172,16 @@ impl Evaluator {
 
     /// Runs `job`, sending each reply to `out` (ending with [`Reply::Done`]).
     pub fn run(&mut self, job: &Job, out: &mut dyn FnMut(Reply)) {
-        let spec = KernelSpec::from(job.spec.clone());
+        let spec = match KernelSpec::try_from(job.spec.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                out(Reply::CompileFailed {
+                    reason: format!("the stored spec is refused: {e}"),
+                });
+                out(Reply::Done);
+                return;
+            }
+        };
         if let Ok(needle) = std::env::var(FAULT_ENV)
             && !needle.is_empty()
             && spec.kernel_name().contains(&needle)

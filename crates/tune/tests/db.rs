@@ -52,8 +52,8 @@ fn keys(db: &Db) -> Vec<(u32, String, Status, Option<f64>)> {
 fn records_resume_keys_and_better_rows_win() {
     let dir = tempfile::tempdir().unwrap();
     let mut db = Db::open(dir.path().join("t.db")).unwrap();
-    let a = KernelSpec::preb();
-    let b = KernelSpec::preb().b_prefetch(true);
+    let a: KernelSpec = KernelSpec::preb().into();
+    let b: KernelSpec = KernelSpec::preb().b_prefetch(true).into();
     db.record(&[row(16, &a, Some(5.0)), row(16, &b, None)])
         .unwrap();
     let done = db.done("gfx950", 256, By::Model).unwrap();
@@ -82,7 +82,7 @@ fn records_resume_keys_and_better_rows_win() {
 fn merges_are_idempotent_and_keep_the_best_and_the_history() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n);
-    let a = KernelSpec::preb();
+    let a: KernelSpec = KernelSpec::preb().into();
     let mut s0 = Db::open(p("s0.db")).unwrap();
     s0.record(&[row(16, &a, Some(5.0)), row(64, &a, None)])
         .unwrap();
@@ -115,7 +115,7 @@ fn concurrent_writers_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.db");
     Db::open(&path).unwrap();
-    let spec = KernelSpec::preb();
+    let spec: KernelSpec = KernelSpec::preb().into();
     std::thread::scope(|s| {
         for t in 0..4u32 {
             let (path, spec) = (&path, &spec);

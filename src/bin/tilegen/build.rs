@@ -24,7 +24,7 @@ pub struct BuildArgs {
 }
 
 pub fn run(args: BuildArgs) -> Result<()> {
-    let spec = args.spec.spec();
+    let spec = args.spec.spec()?;
     // Both outputs are checked before compiling, and the listing is written first: a failure
     // leaves no code object without its listing.
     let output = Output::check(&args.output)?;

@@ -65,7 +65,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
         .transpose()?;
     let spec = packed
         .as_ref()
-        .map_or_else(|| a.spec.spec(), |k| k.spec().clone());
+        .map_or_else(|| a.spec.spec(), |k| Ok(k.spec().clone()))?;
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;

@@ -22,12 +22,13 @@ use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
+use tilegen::kernels::PrebSpec;
+use tilegen::kernels::gemm::KnobArgs;
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeRouter, MoeShape,
-    MoeSpec, MoeTemplate, PreshuffledExpert, Routing, Scoring, expert_bias_bytes, expert_bytes,
-    route,
+    MoeSpec, MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, expert_bias_bytes,
+    expert_bytes, route,
 };
-use tilegen::kernels::{CachePolicy, KernelSpec, MfmaShape};
 use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen::mx::weights::MoeWeightFile;
 use tilegen::runtime::{DevicePtr, Limits, RuntimeError};
@@ -100,33 +101,16 @@ pub struct MoeArgs {
     /// Which layer of the file: the tensors' name prefix (needed when it holds several).
     #[arg(long)]
     layer: Option<String>,
-    /// Rows per sorted block (BM of both kernels).
-    #[arg(long, default_value_t = 32)]
-    block_m: u32,
-    /// Columns per workgroup of both kernels.
+    /// Rows per sorted block (BM of both kernels; default: the layer's, 32).
     #[arg(long)]
-    bn: Option<u32>,
+    block_m: Option<u32>,
     /// Columns per workgroup of the down kernel (overrides --bn there).
     #[arg(long)]
     down_bn: Option<u32>,
-    /// Columns per wave.
-    #[arg(long)]
-    wn: Option<u32>,
-    /// K elements per pipeline stage.
-    #[arg(long)]
-    bk_elems: Option<u32>,
-    /// MFMA shape.
-    #[arg(long, value_enum)]
-    mma: Option<MfmaShape>,
-    /// Depth-2 outer-K pipeline.
-    #[arg(long)]
-    b_prefetch: bool,
-    /// Load A global -> LDS directly.
-    #[arg(long)]
-    dram_to_lds: bool,
-    /// Cache policy of the weight loads.
-    #[arg(long, value_enum)]
-    b_cache_policy: Option<CachePolicy>,
+    /// The tile knobs of both kernels (the GEMM's flags but those the layer fixes); unset
+    /// ones keep the layer's default tile.
+    #[command(flatten)]
+    tile: KnobArgs<MoeTileKnobs>,
     /// How a token's top-k contributions are summed.
     #[arg(long, value_enum, default_value_t = Combine::Atomic)]
     combine: Combine,
@@ -154,34 +138,25 @@ pub struct MoeArgs {
 }
 
 impl MoeArgs {
-    fn tile(&self, bn: Option<u32>) -> KernelSpec {
-        let mut s = KernelSpec::preb()
-            .bm(self.block_m)
-            .bn(bn.or(self.bn).unwrap_or(128))
-            .wn(self.wn.unwrap_or(64))
-            .bk_elems(self.bk_elems.unwrap_or(512));
-        if let Some(m) = self.mma {
-            s = s.mma(m);
-        }
-        if self.b_prefetch {
-            s = s.b_prefetch(true);
-        }
-        if self.dram_to_lds {
-            s = s.dram_to_lds(true);
-        }
-        if let Some(p) = self.b_cache_policy {
-            s = s.b_cache_policy(p);
-        }
-        s
+    /// A stage's tile: the layer's default tile with the knobs given, and `bn` if given.
+    fn tile(&self, block_m: u32, bn: Option<u32>) -> Result<PrebSpec> {
+        let t = PrebSpec::try_from(self.tile.apply(MoeSpec::default_tile(block_m))?)?;
+        Ok(match bn {
+            Some(bn) => t.bn(bn),
+            None => t,
+        })
     }
 
-    fn spec(&self, activation: Activation, bias: bool) -> MoeSpec {
-        MoeSpec::new(self.activation.unwrap_or(activation))
+    fn spec(&self, activation: Activation, bias: bool) -> Result<MoeSpec> {
+        let mut s = MoeSpec::new(self.activation.unwrap_or(activation))
             .bias(bias)
-            .block_m(self.block_m)
-            .gate_up(self.tile(None))
-            .down(self.tile(self.down_bn))
-            .combine(self.combine)
+            .combine(self.combine);
+        if let Some(rows) = self.block_m {
+            s = s.block_m(rows);
+        }
+        let rows = s.rows_per_block();
+        Ok(s.gate_up(self.tile(rows, None)?)
+            .down(self.tile(rows, self.down_bn)?))
     }
 }
 
@@ -216,7 +191,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
         (Some(f), b) => b.unwrap_or(f.has_bias()),
         (None, b) => b.unwrap_or(a.model.model.bias),
     };
-    let spec = a.spec(a.model.model.activation, bias);
+    let spec = a.spec(a.model.model.activation, bias)?;
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate().context("checking the kernels' spec")?;
     spec.check_shape(&shape)

@@ -207,7 +207,7 @@ pub fn gemm_kernel(
     n: usize,
     k: usize,
 ) -> Result<tilegen::CompiledKernel> {
-    if flags.spec() != tilegen::KernelSpec::preb() {
+    if flags.spec().ok() != Some(tilegen::KernelSpec::preb().into()) {
         anyhow::bail!("--pack chooses the kernel: spec flags cannot be combined with it");
     }
     let small = |v: usize, what: &str| {

@@ -7,7 +7,7 @@ use tilegen_dsl::{
 };
 use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
-use super::spec::{KernelSpec, LdsBuffer, OutDtype};
+use super::spec::{Common, LdsBuffer, OutDtype};
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::stage::{Threads, swizzle_for_rows};
 
@@ -120,11 +120,10 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
 /// A tile position: the tile's shape and its coordinate in units of that shape.
 pub type TileAt<'k, 'ctx> = ([i64; 2], [Int<'k, 'ctx>; 2]);
 
-/// Allocates the LDS buffers of the spec's plan ([`KernelSpec::lds_buffers`]), in its order:
+/// Allocates the LDS buffers of a spec's plan ([`KernelSpec::lds_buffers`]), in its order:
 /// the kernels allocate exactly what `lds_bytes` counts.
-pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, spec: &KernelSpec) -> Result<Vec<Lds<'ctx>>> {
-    spec.lds_buffers()
-        .iter()
+pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, plan: &[LdsBuffer]) -> Result<Vec<Lds<'ctx>>> {
+    plan.iter()
         .map(|b| {
             let bytes = u32::try_from(b.bytes).map_err(|_| DslError::LdsSize {
                 name: b.name.to_string(),
@@ -136,7 +135,7 @@ pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, spec: &KernelSpec) -> Result<Vec<Lds<'c
 }
 
 /// [`swizzle_for_rows`], or the identity when the spec turns LDS swizzling off.
-pub fn operand_swizzle(spec: &KernelSpec, row_bytes: i64) -> Result<SwizzleChain> {
+pub fn operand_swizzle(spec: &Common, row_bytes: i64) -> Result<SwizzleChain> {
     if spec.lds_swizzle {
         swizzle_for_rows(row_bytes)
     } else {

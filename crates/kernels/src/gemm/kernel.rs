@@ -3,7 +3,7 @@
 
 use tilegen_dsl::{CompileOptions, KernelAttrs};
 
-use super::spec::{KernelSpec, SpecError, Variant};
+use super::spec::{KernelSpec, SpecError};
 use super::{common, lds, preb};
 use crate::compiled::{BuiltKernel, CompileError, compile_kernel};
 
@@ -100,9 +100,9 @@ impl KernelSpec {
                     // Validation caps the accumulators at a lane's AGPRs.
                     k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
                 }
-                match self.variant {
-                    Variant::Preb => preb::build(k, self),
-                    Variant::Lds => lds::build(k, self),
+                match self {
+                    KernelSpec::Preb(p) => preb::build(k, p),
+                    KernelSpec::Lds(l) => lds::build(k, l),
                 }
             },
         )?;

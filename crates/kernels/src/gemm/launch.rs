@@ -237,8 +237,8 @@ impl KernelSpec {
     /// split-K a K that divides into `split_k` slices of whole `bk_elems` tiles.
     pub fn check_problem(&self, m: usize, n: usize, k: usize) -> Result<(), LaunchError> {
         check_problem(m, n, k, self.out_dtype.bytes() as usize)?;
-        let slice = self.split_k as usize * self.bk_elems as usize;
-        if self.split_k > 1 && !k.is_multiple_of(slice) {
+        let slice = self.split_k() as usize * self.bk_elems as usize;
+        if self.split_k() > 1 && !k.is_multiple_of(slice) {
             return Err(LaunchError::Shape {
                 m,
                 n,
@@ -246,7 +246,8 @@ impl KernelSpec {
                 rule: format!(
                     "K must be a multiple of split_k x bk_elems = {} x {} = {slice} (each K \
                      slice runs whole tiles)",
-                    self.split_k, self.bk_elems
+                    self.split_k(),
+                    self.bk_elems
                 ),
             });
         }
@@ -339,7 +340,7 @@ impl CompiledKernel {
         k: usize,
     ) -> Result<GemmBufferSizes, LaunchError> {
         self.spec.check_problem(m, n, k)?;
-        let (sfa, sfb) = match self.spec.variant {
+        let (sfa, sfb) = match self.spec.variant() {
             Variant::Lds => (m * k / 32, n * k / 32),
             Variant::Preb => {
                 let s = Shuffler::new(1)?;
@@ -375,14 +376,14 @@ impl CompiledKernel {
         [
             n.div_ceil(self.spec.bn as usize) as u32,
             m.div_ceil(self.spec.bm as usize) as u32,
-            self.spec.split_k,
+            self.spec.split_k(),
         ]
     }
 
     /// Whether the kernel adds into C instead of storing it (split-K), so C must hold zeros
     /// when it starts.
     pub fn accumulates_into_c(&self) -> bool {
-        self.spec.split_k > 1
+        self.spec.split_k() > 1
     }
 
     /// The launch shape for an `m x n` output.
@@ -401,7 +402,7 @@ impl CompiledKernel {
 
     /// Lays out `a` (`[M, K]`) and `b` (`[N, K]`) the way this kernel reads them.
     pub fn prepare_inputs(&self, a: &MxMatrix, b: &MxMatrix) -> Result<GemmInputs, LaunchError> {
-        GemmInputs::new(self.spec.variant, a, b)
+        GemmInputs::new(self.spec.variant(), a, b)
     }
 
     /// Loads the code object on `device`.
@@ -480,7 +481,7 @@ impl CompiledKernel {
             dtype: self.spec.out_dtype,
             bytes,
             rounded_adds: if self.accumulates_into_c() {
-                self.spec.split_k
+                self.spec.split_k()
             } else {
                 0
             },
@@ -489,10 +490,10 @@ impl CompiledKernel {
     }
 
     fn check_inputs(&self, inputs: &GemmInputs) -> Result<(), LaunchError> {
-        if inputs.variant != self.spec.variant {
+        if inputs.variant != self.spec.variant() {
             return Err(LaunchError::InputsFor {
                 inputs: inputs.variant,
-                kernel: self.spec.variant,
+                kernel: self.spec.variant(),
             });
         }
         Ok(())

@@ -7,7 +7,7 @@ use tilegen_dsl::{CachePolicy, Elem, Int, Kernel, Result, Storage, TileTensor, d
 use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
 use super::common::{self, Ctx};
-use super::spec::KernelSpec;
+use super::spec::LdsSpec;
 use crate::tile::atom::ScaleSel;
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::stage;
@@ -16,7 +16,7 @@ use crate::tile::stage;
 const FP4_BITS: u32 = 4;
 
 /// Emits the body of the LDS-staged kernel for `spec` (already validated).
-pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
+pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
     let warps = spec.warps() as i64;
     let cx = Ctx::new(k, warps)?;
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
@@ -27,9 +27,9 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     let sfa = cx.buffer(p.sfa, m * ks, CachePolicy::Always)?;
     let sfb = cx.buffer(p.sfb, n * ks, CachePolicy::Always)?;
     let (bm, bn, bk) = (spec.bm as i64, spec.bn as i64, spec.bk_elems as i64);
-    let (wm, wn) = (spec.wm as i64, spec.wn as i64);
+    let (wm, wn) = (spec.warp_m() as i64, spec.wn as i64);
     // The spec's LDS plan, in its order: A tile, B tile, A scales, B scales.
-    let plan = common::alloc_lds(k, spec)?;
+    let plan = common::alloc_lds(k, &spec.lds_buffers())?;
     let [a_lds, b_lds, sa_lds, sb_lds] = <[_; 4]>::try_from(plan).map_err(|_| {
         tilegen_dsl::DslError::Internal("the LDS variant plans four LDS buffers".into())
     })?;

@@ -3,17 +3,24 @@
 //! kernel (`preb`, whose main loop the grouped MoE kernels reuse), what both share
 //! ([`common`]), building ([`CompiledKernel`]) and launching them.
 
+#[cfg(feature = "clap")]
+mod args;
 pub mod common;
 mod kernel;
+mod knobs;
 mod launch;
 mod lds;
 pub(crate) mod preb;
 mod spec;
 
+#[cfg(feature = "clap")]
+pub use args::{AllKnobs, KnobArgs, KnobSet, SpecArgs};
 pub use kernel::{BuildError, CompiledKernel};
+pub use knobs::{Axis, KnobType, KnobValue, Range, Scope, Stored};
 pub use launch::{
     GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem,
 };
 pub use spec::{
-    CachePolicy, KernelSpec, LdsBuffer, MfmaShape, OutDtype, SpecError, SpecValues, Variant,
+    CachePolicy, ClusterSched, Common, KernelSpec, Knob, LdsBuffer, LdsSpec, MfmaShape, OutDtype,
+    PrebKnobs, PrebSpec, Prefetch, SPEC_FORMAT, SpecError, SpecValues, Variant,
 };

@@ -22,7 +22,7 @@ use tilegen_layout::{Idx, Layout};
 use tilegen_mx::Shuffler;
 
 use super::common::{self, Ctx};
-use super::spec::KernelSpec;
+use super::spec::PrebSpec;
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::scales::{Rows, ScaleFragments, ScaleFrags, Scales};
 use crate::tile::stage::{self, Threads};
@@ -176,7 +176,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
 /// `BN`-column tile of B, accumulated in [`Mainloop::mma`]; the caller runs
 /// [`Mainloop::run`] and then its epilogue on the accumulators.
 pub(crate) struct Mainloop<'s, 'k, 'ctx, A> {
-    pub(crate) spec: &'s KernelSpec,
+    pub(crate) spec: &'s PrebSpec,
     pub(crate) th: Threads<'k, 'ctx>,
     /// K in elements.
     pub(crate) kdim: Int<'k, 'ctx>,
@@ -205,14 +205,14 @@ pub(crate) struct Mainloop<'s, 'k, 'ctx, A> {
 }
 
 /// Emits the body of the preshuffled-B kernel for `spec` (already validated).
-pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
+pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &PrebSpec) -> Result<()> {
     let warps = spec.warps() as i64;
     let cx = Ctx::new(k, warps)?;
     let (m, n, kb, ks) = (cx.m, cx.n, cx.kb, cx.ks);
     let p = cx.params;
     // Scale rows are padded to the Shuffler's 32-row block, as the host preshuffle pads them.
     let a = cx.buffer(p.a, m * kb, CachePolicy::Always)?;
-    let b = cx.buffer(p.b, n * kb, spec.b_cache_policy)?;
+    let b = cx.buffer(p.b, n * kb, spec.knobs().b_cache_policy)?;
     let sfa = cx.buffer(p.sfa, pad32(m) * ks, CachePolicy::Always)?;
     let sfb = cx.buffer(p.sfb, pad32(n) * ks, CachePolicy::Always)?;
     let b = b_view(k, b, n, kb)?;
@@ -226,8 +226,8 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     };
     let sfb = Scales::new(k, sfb, pad32(n), ks)?;
     let mut p = Mainloop::new(spec, *cx, cx.kdim, a, b, sfb, bid_x, slots, mma, true);
-    if spec.split_k > 1 {
-        p = p.k_slice(slice, spec.split_k);
+    if spec.knobs().split_k > 1 {
+        p = p.k_slice(slice, spec.knobs().split_k);
     }
     p.run()?;
     let (bm, bn, wm, wn) = (
@@ -238,7 +238,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
     );
     let wave = ([wm, wn], [p.wave_m(), p.wave_n()]);
     let block = ([bm, bn], [bid_y, bid_x]);
-    if spec.split_k > 1 {
+    if spec.knobs().split_k > 1 {
         common::atomic_add_c(&cx, &p.mma, block, wave, spec.out_dtype)
     } else {
         common::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
@@ -246,34 +246,34 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &KernelSpec) -> Result<()> {
 }
 
 /// The workgroup's output tile `(n tile, m tile)` and split-K slice. In the grid's order they
-/// are its ids. With [`KernelSpec::xcd_group_m`] `g`, the linear id is first renumbered so
+/// are its ids. With `xcd_group_m` `g`, the linear id is first renumbered so
 /// that the workgroups of one XCD take consecutive numbers ([`xcd_order`]), then the number
 /// walks the slices, and within a slice groups of `g` M tiles column by column. Both steps are
 /// bijections of `0..T`, so every tile and slice is still run exactly once.
 fn tile_order<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
-    spec: &KernelSpec,
+    spec: &PrebSpec,
     m: Int<'k, 'ctx>,
     n: Int<'k, 'ctx>,
 ) -> Result<(Int<'k, 'ctx>, Int<'k, 'ctx>, Int<'k, 'ctx>)> {
     let (x, y) = (k.block_id_x()?, k.block_id_y()?);
-    let z = if spec.split_k > 1 {
+    let z = if spec.knobs().split_k > 1 {
         k.block_id_z()?
     } else {
         k.i32(0)
     };
-    if spec.xcd_group_m == 0 {
+    if spec.knobs().xcd_group_m == 0 {
         return Ok((x, y, z));
     }
     let gx = (n + (spec.bn as i64 - 1)) / spec.bn as i64;
     let gy = (m + (spec.bm as i64 - 1)) / spec.bm as i64;
     let plane = gx * gy;
-    let total = plane * spec.split_k as i64;
+    let total = plane * spec.knobs().split_k as i64;
     let w = (z * gy + y) * gx + x;
     let w = xcd_order(w, total);
     // Slice, then groups of G M tiles within the slice.
     let (slice, t) = (w / plane, w % plane);
-    let g = spec.xcd_group_m as i64;
+    let g = spec.knobs().xcd_group_m as i64;
     let in_group = gx * g;
     let first_m = t / in_group * g;
     let rows = (gy - first_m).min(&k.i32(g));
@@ -304,11 +304,11 @@ pub(crate) fn b_view<'k, 'ctx>(
 /// accumulators of a wave's `BM x WN` tile.
 pub(crate) fn mma_state<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
-    spec: &KernelSpec,
+    spec: &PrebSpec,
 ) -> Result<(Vec<Lds<'ctx>>, BlockScaledMmaOp<'k, 'ctx>)> {
     let shape: MfmaShape = spec.mma;
     let mn = shape.mn() as usize;
-    let slots = common::alloc_lds(k, spec)?;
+    let slots = common::alloc_lds(k, &spec.lds_buffers())?;
     let (nm, nn) = (spec.warp_m() as usize / mn, spec.wn as usize / mn);
     Ok((slots, BlockScaledMmaOp::new(k, shape, nm, nn)?))
 }
@@ -317,7 +317,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     /// The pipeline for `spec` over its operands (`b_tile`: the workgroup's BN tile of B).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        spec: &'s KernelSpec,
+        spec: &'s PrebSpec,
         th: Threads<'k, 'ctx>,
         kdim: Int<'k, 'ctx>,
         a: A,
@@ -389,7 +389,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         if self.spec.warp_m() != self.spec.bm && !self.a.splits_rows() {
             return refuse("this kernel's A operand runs with wm = bm only");
         }
-        if self.spec.split_k > 1 && !self.sliced {
+        if self.spec.knobs().split_k > 1 && !self.sliced {
             return refuse("this kernel does not split K (split_k must be 1)");
         }
         self.main_loop()?;
@@ -560,9 +560,12 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let a_dwords = a_sf.finish(k, read(&regs.a_scales)?)?;
         let b_sf = self.b_scales(t, steps)?;
         let b_dwords = b_sf.finish(k, read(&regs.scales)?)?;
-        let cluster = self.spec.mfma_cluster as usize;
+        let pipeline = self.spec.prefetch_settings();
+        let sched = pipeline.and_then(|p| p.cluster);
+        let cluster = sched.map_or(0, |c| c.mfma_cluster as usize);
         let mut in_cluster = 0usize;
-        let bracket = self.spec.cluster_drain_sched;
+        let bracket = sched.is_some();
+        let burst = pipeline.is_some_and(|p| p.b_burst);
         // A's fragments are read from LDS `A_READ_AHEAD` MMA rows ahead of the MFMAs that use
         // them, and each row's MFMAs are fenced, so a read's latency hides behind the MFMAs
         // before it (left to itself, LLVM reuses one register pair for every fragment and
@@ -583,7 +586,11 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             }
             if let Some(b) = next.as_deref_mut() {
                 let rows_left = spread.saturating_sub(p).max(1);
-                let n = b.left().div_ceil(rows_left);
+                let n = if burst {
+                    usize::MAX
+                } else {
+                    b.left().div_ceil(rows_left)
+                };
                 b.issue(self, n)?;
             }
             let a = ahead
@@ -624,7 +631,11 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     /// across the barrier and drain per MFMA cluster instead.
     fn stage_barrier(&self, b_loads_in_flight: u32) -> Result<()> {
         let k = self.k();
-        if self.spec.cluster_drain_sched {
+        if self
+            .spec
+            .prefetch_settings()
+            .is_some_and(|p| p.cluster.is_some())
+        {
             if self.spec.dram_to_lds {
                 k.s_waitcnt(tilegen_dsl::waitcnt_vmcnt(b_loads_in_flight))?;
             }
@@ -640,7 +651,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let (first, count) = self.tiles;
         let end = first + count;
         let tile_kb = |t: Int<'k, 'ctx>| t * self.tile_bytes;
-        if !self.spec.b_prefetch {
+        let Some(pipeline) = self.spec.prefetch_settings() else {
             let regs = self.new_regs(steps)?;
             return k.for_range(first, end, 1, |t| {
                 self.stage_a(0, tile_kb(t), steps)?;
@@ -649,7 +660,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 self.compute(0, &regs, t, steps, None)?;
                 k.barrier()
             });
-        }
+        };
         // A pipeline of `stages` tiles (the one multiplied and the B tiles in flight ahead of
         // it), unrolled by `stages` so each step's registers and LDS slot are static.
         let stages = self.spec.stages() as usize;
@@ -657,7 +668,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let regs = (0..stages)
             .map(|_| self.new_regs(steps))
             .collect::<Result<Vec<_>>>()?;
-        let deep = self.spec.deep_prime;
+        let deep = pipeline.deep_prime;
         // A runs one tile ahead (two with deep_prime), B `ahead` tiles.
         let a_ahead = if deep { 2 } else { 1 };
         let last = end - 1;

@@ -1,8 +1,14 @@
-//! `KernelSpec`: one MXFP4 GEMM tile configuration, validated before LLVM sees it.
+//! `KernelSpec`: one MXFP4 GEMM tile configuration, typed by its kernel (an LDS-staged
+//! [`LdsSpec`] or a preshuffled-B [`PrebSpec`], whose prefetching pipeline is one optional
+//! [`Prefetch`]), so that a knob a kernel would ignore cannot be set on it. Every knob is declared
+//! once, in the table below; `validate` checks what the types cannot (sizes, budgets) before LLVM
+//! sees the spec.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use super::knobs::{Axis, KnobType, KnobValue, Range, Scope, Stored, kebab, knobs};
 use tilegen_dsl::target::{
     LDS_BYTES, MAX_ARCH_VGPRS, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE,
     SIMDS_PER_CU, WAVE_SIZE,
@@ -162,6 +168,14 @@ pub enum SpecError {
         /// Breakdown.
         detail: String,
     },
+    /// A value of the wrong type for its knob (a command line or a template gave it).
+    #[error("{value} is not a value of {knob}")]
+    KnobType {
+        /// The knob.
+        knob: &'static str,
+        /// The value.
+        value: String,
+    },
     /// A setting the spec's variant or flags would ignore.
     #[error("{setter} would be ignored: {why}")]
     Ignored {
@@ -186,220 +200,497 @@ impl LdsBuffer {
     pub const ALIGN: u64 = 16;
 }
 
-/// The values of a [`KernelSpec`], read through it (`spec.bm`). They change only through the
-/// spec's setters, which also record what was set, so that a setting the variant would ignore
-/// is refused instead of silently dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SpecValues {
-    /// Kernel family.
-    pub variant: Variant,
+knobs! {
+    /// Kernel family: lds (A and B staged through LDS) or preb (B preshuffled into VGPRs).
+    Variant [Structure] variant: Variant {
+        default: |_| Variant::Preb,
+        piece: 0 => |v| Some(format!("_{v}")),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
     /// Rows of C per workgroup.
-    pub bm: u32,
+    Bm [Common] bm: u32 {
+        default: |v| match v { Variant::Preb => 64, Variant::Lds => 128 },
+        piece: 1 => |x| Some(format!("_bm{x}")),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 16, why: "whole 16-row MFMA tiles" },
+        range: None,
+    }
     /// Columns of C per workgroup.
-    pub bn: u32,
+    Bn [Common] bn: u32 {
+        default: |_| 128,
+        piece: 2 => |x| Some(format!("_bn{x}")),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 16, why: "whole 16-column MFMA tiles" },
+        range: None,
+    }
     /// K elements per pipeline stage.
-    pub bk_elems: u32,
-    /// Rows per wave: waves split `BM` into `BM / WM` strips (and `BN` into `BN / WN`).
-    pub wm: u32,
-    /// Columns per wave.
-    pub wn: u32,
+    BkElems [Common] bk_elems: u32 {
+        default: |v| match v { Variant::Preb => 512, Variant::Lds => 128 },
+        piece: 3 => |x| Some(format!("_bk{x}")),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 128, why: "whole 128-K MFMA steps" },
+        range: None,
+    }
+    /// Rows per wave: waves split BM into BM / WM strips (preb: by default one wave covers all
+    /// BM rows, and a template's values below BM split them).
+    Wm [Structure] wm: u32 {
+        default: |_| 64,
+        piece: 4 => |x| Some(format!("_wm{x}")),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 16, why: "whole 16-row MFMA tiles" },
+        range: None,
+    }
+    /// Columns per wave: waves split BN into BN / WN strips.
+    Wn [Common] wn: u32 {
+        default: |_| 64,
+        piece: 5 => |x| Some(format!("_wn{x}")),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 16, why: "whole 16-column MFMA tiles" },
+        range: None,
+    }
     /// MFMA shape.
-    pub mma: MfmaShape,
-    /// Output element type.
-    pub out_dtype: OutDtype,
-    /// Depth-2 outer-K pipeline with double B registers (preb).
-    pub b_prefetch: bool,
+    Mma [Common] mma: MfmaShape {
+        default: |_| MfmaShape::M16N16K128,
+        piece: 6 => |x| Some(match x { MfmaShape::M16N16K128 => "_m16", MfmaShape::M32N32K64 => "_m32" }.to_string()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// Element type of C (one per template: a pack serves one C type).
+    OutDtype [Common] out_dtype: OutDtype {
+        default: |_| OutDtype::Bf16,
+        piece: 7 => |x| Some(format!("_{x}")),
+        stored: Required,
+        axis: Axis::Fixed,
+        range: None,
+    }
+    /// Prefetching outer-K pipeline: B tiles loaded into registers ahead of the one multiplied
+    /// (preb).
+    BPrefetch [Structure] b_prefetch: bool {
+        default: |_| false,
+        piece: 8 => |x| x.then(|| "_bpf".to_string()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
     /// Cache policy of the B loads (preb).
-    pub b_cache_policy: CachePolicy,
-    /// Move A global -> LDS with `buffer_load ... lds` instead of through VGPRs.
-    pub dram_to_lds: bool,
-    /// Swizzle the FP4 operand tiles in LDS so fragment reads are free of bank conflicts.
-    pub lds_swizzle: bool,
-    /// Per-cluster `s_setprio` brackets and a partial vmcnt staircase (preb, b_prefetch).
-    pub cluster_drain_sched: bool,
-    /// MFMAs per cluster.
-    pub mfma_cluster: u32,
-    /// Stage A two tiles ahead (preb, b_prefetch).
-    pub deep_prime: bool,
-    /// Occupancy target: at least this many waves per SIMD (1..=8), which bounds the registers
-    /// the compiler may use (it spills past them). `None` lets the compiler choose.
-    pub waves_per_eu: Option<u32>,
-    /// Split-K: the launch grid's z dimension runs this many K slices of the problem, each
-    /// adding its partial product into C with atomics (preb; 1 = no split). See
-    /// [`KernelSpec::split_k`].
-    #[serde(default = "one")]
-    pub split_k: u32,
-    /// Let the MFMA accumulators live in AGPRs (see [`KernelSpec::acc_agprs`]).
-    #[serde(default)]
-    pub acc_agprs: bool,
-    /// XCD-aware tile order (preb; 0 = the grid's order). See [`KernelSpec::xcd_group_m`].
-    /// Left out of the serialized spec when 0, so specs without it keep their cache keys.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub xcd_group_m: u32,
-    /// K tiles of B in flight ahead of the one being multiplied (preb, b_prefetch): 1 (double
-    /// buffer) or 2. See [`KernelSpec::b_prefetch_depth`]. Left out of the serialized spec
-    /// when 1, so specs without it keep their cache keys.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub b_prefetch_depth: u32,
-}
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
-}
-
-/// `value` within `min..=max`, or the error naming the rule.
-fn in_range(
-    name: &'static str,
-    value: u32,
-    min: u32,
-    max: u32,
-    why: &'static str,
-) -> Result<(), SpecError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(SpecError::OutOfRange {
-            name,
-            value,
-            min,
-            max,
-            why,
-        })
+    BCachePolicy [PrebKnobs] b_cache_policy: CachePolicy {
+        default: |_| CachePolicy::Always,
+        piece: 10 => |x| (x != CachePolicy::Always).then(|| format!("_b{x:?}").to_lowercase()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// Load A global -> LDS directly (`buffer_load ... lds`) instead of through VGPRs.
+    DramToLds [Common] dram_to_lds: bool {
+        default: |_| false,
+        piece: 11 => |x| x.then(|| "_d2l".to_string()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// Swizzle the FP4 operand tiles in LDS so fragment reads are free of bank conflicts (off
+    /// to measure what swizzling saves).
+    LdsSwizzle [Common] lds_swizzle: bool {
+        default: |_| true,
+        piece: 12 => |x| (!x).then(|| "_nosw".to_string()),
+        stored: Required,
+        axis: Axis::Fixed,
+        range: None,
+    }
+    /// Per-cluster s_setprio brackets and a partial vmcnt staircase (preb, with b_prefetch).
+    ClusterDrainSched [Structure] cluster_drain_sched: bool {
+        default: |_| false,
+        piece: 14 => |x| x.then(|| "_cds".to_string()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// MFMAs per cluster (with cluster_drain_sched).
+    MfmaCluster [ClusterSched] mfma_cluster: u32 {
+        default: |_| 4,
+        piece: 15 => |x| Some(x.to_string()),
+        stored: Required,
+        axis: Axis::Sizes { multiple: 1, why: "" },
+        range: None,
+    }
+    /// Stage A two tiles ahead (preb, with b_prefetch).
+    DeepPrime [Prefetch] deep_prime: bool {
+        default: |_| false,
+        piece: 16 => |x| x.then(|| "_dp".to_string()),
+        stored: Required,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// Occupancy target in waves per SIMD (1-8), which bounds the registers the compiler may
+    /// use (it spills past them); unset lets the compiler choose (0 in a template).
+    WavesPerEu [Common] waves_per_eu: Option<u32> {
+        default: |_| None,
+        piece: 13 => |x| x.map(|w| format!("_w{w}")),
+        stored: Defaulted,
+        axis: Axis::Values,
+        range: Some(Range { min: 1, max: MAX_WAVES_PER_SIMD, why: "a gfx950 SIMD holds 1 to 8 waves" }),
+    }
+    /// Split K into this many slices run by the grid's z dimension, each adding its partial
+    /// product into C with atomics (preb; 1 = no split; see `KernelSpec::split_k`).
+    SplitK [PrebKnobs] split_k: u32 {
+        default: |_| 1,
+        piece: 17 => |x| (x > 1).then(|| format!("_sk{x}")),
+        stored: Defaulted,
+        axis: Axis::Sizes { multiple: 1, why: "" },
+        range: Some(Range { min: 1, max: KernelSpec::MAX_SPLIT_K, why: "K slices run by the grid's z dimension" }),
+    }
+    /// Let the MFMA accumulators live in AGPRs (`amdgpu-agpr-alloc`; LLVM otherwise keeps them
+    /// in VGPRs).
+    AccAgprs [Common] acc_agprs: bool {
+        default: |_| false,
+        piece: 18 => |x| x.then(|| "_agpr".to_string()),
+        stored: Defaulted,
+        axis: Axis::Values,
+        range: None,
+    }
+    /// XCD-aware tile order in groups of this many M tiles (preb; 0 = the grid's order): the
+    /// workgroups one XCD runs share A and B tiles in its L2.
+    XcdGroupM [PrebKnobs] xcd_group_m: u32 {
+        default: |_| 0,
+        piece: 19 => |x| (x > 0).then(|| format!("_xg{x}")),
+        stored: UnlessDefault,
+        axis: Axis::Values,
+        range: Some(Range { min: 0, max: KernelSpec::MAX_XCD_GROUP_M, why: "M tiles per group of the XCD-aware tile order" }),
+    }
+    /// K tiles of B in flight ahead of the one multiplied: 1 or 2 (preb, with b_prefetch; 2
+    /// costs a third B register set and A slot and unrolls the K loop by three).
+    BPrefetchDepth [Prefetch] b_prefetch_depth: u32 {
+        default: |_| 1,
+        piece: 9 => |x| (x > 1).then(|| x.to_string()),
+        stored: UnlessDefault,
+        axis: Axis::Sizes { multiple: 1, why: "" },
+        range: Some(Range { min: 1, max: KernelSpec::MAX_B_PREFETCH_DEPTH, why: "K tiles of B in flight ahead of the one being multiplied" }),
+    }
+    /// Issue a stage's prefetched B loads in one burst before its MFMAs instead of spread
+    /// between its MMA rows (preb, with b_prefetch): they reach memory a row's MFMAs sooner,
+    /// at the price of bursts from every wave meeting in the CU's memory path.
+    BBurst [Prefetch] b_burst: bool {
+        default: |_| false,
+        piece: 20 => |x| x.then(|| "_bburst".to_string()),
+        stored: UnlessDefault,
+        axis: Axis::Values,
+        range: None,
     }
 }
 
-fn is_zero(v: &u32) -> bool {
-    *v == 0
-}
+/// Version of the stored form ([`SpecValues`]) that tuning databases and kernel packs record:
+/// 1 is every knob up to `b_prefetch_depth`, 2 adds `b_burst` (written only when on, so every
+/// spec without it is stored, and keyed, as in version 1). A build reads its own version and
+/// older ones, and refuses newer ones, whose knobs it would not know.
+pub const SPEC_FORMAT: u32 = 2;
 
-fn one() -> u32 {
-    1
-}
-
-/// Setters that a variant may ignore, recorded when called.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-struct Explicit(u8);
-
-impl Explicit {
-    const WM: u8 = 1;
-    const MMA: u8 = 1 << 1;
-    const B_PREFETCH: u8 = 1 << 2;
-    const B_CACHE_POLICY: u8 = 1 << 3;
-    const CLUSTER_DRAIN_SCHED: u8 = 1 << 4;
-    const DEEP_PRIME: u8 = 1 << 5;
-    const MFMA_CLUSTER: u8 = 1 << 6;
-    const B_PREFETCH_DEPTH: u8 = 1 << 7;
-
-    fn has(self, bit: u8) -> bool {
-        self.0 & bit != 0
+/// `wm` of a new spec: the preb kernel's follows `bm` (one wave over all rows), the LDS-staged
+/// kernel's is 64.
+pub(crate) fn default_wm(variant: Variant) -> Option<u32> {
+    match variant {
+        Variant::Preb => None,
+        Variant::Lds => Some(64),
     }
+}
+
+/// A preshuffled-B GEMM spec: A staged through LDS, B preshuffled and read straight into
+/// VGPRs. Made by [`KernelSpec::preb`] (or [`KernelSpec::new`]), adjusted with the setters; the
+/// common knobs are read through `Deref` (`spec.bm`), its own through [`PrebSpec::knobs`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "KernelSpec", into = "KernelSpec")]
+pub struct PrebSpec {
+    pub(crate) common: Common,
+    pub(crate) knobs: PrebKnobs,
+}
+
+/// An LDS-staged GEMM spec: A, B and both scale tensors row-major, staged through LDS. Made by
+/// [`KernelSpec::lds`]; it has the common knobs only.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LdsSpec {
+    pub(crate) common: Common,
 }
 
 /// A GEMM kernel configuration: `C[M, N] = A[M, K] * B[N, K]^T` in MXFP4 with E8M0 block
-/// scales. Start from [`KernelSpec::preb`] (the preshuffled-B kernel with the seed's defaults;
-/// [`KernelSpec::new`] is the same) or [`KernelSpec::lds`] (the LDS-staged kernel), adjust with
-/// the setters, then [`KernelSpec::build`]. Values are read through `Deref` (`spec.bm`).
+/// scales, one of the two kernels. Start from [`KernelSpec::preb`] (the preshuffled-B kernel with
+/// the seed's defaults; [`KernelSpec::new`] is the same) or [`KernelSpec::lds`], adjust with the
+/// setters, then `build`. Common knobs are read through `Deref` (`spec.bm`). Stored (databases,
+/// packs) as its [`SpecValues`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "SpecValues", into = "SpecValues")]
-pub struct KernelSpec {
-    values: SpecValues,
-    explicit: Explicit,
+#[serde(try_from = "SpecValues", into = "SpecValues")]
+pub enum KernelSpec {
+    /// The LDS-staged kernel.
+    Lds(LdsSpec),
+    /// The preshuffled-B kernel.
+    Preb(PrebSpec),
 }
 
-impl From<SpecValues> for KernelSpec {
-    /// A spec read back (from a tuning database, say): nothing counts as explicitly set, and
-    /// `validate` still checks every value.
-    fn from(values: SpecValues) -> Self {
-        KernelSpec {
-            values,
-            explicit: Explicit::default(),
-        }
+impl std::ops::Deref for PrebSpec {
+    type Target = Common;
+    fn deref(&self) -> &Common {
+        &self.common
     }
 }
 
-impl From<KernelSpec> for SpecValues {
-    fn from(spec: KernelSpec) -> Self {
-        spec.values
+impl std::ops::Deref for LdsSpec {
+    type Target = Common;
+    fn deref(&self) -> &Common {
+        &self.common
     }
 }
 
 impl std::ops::Deref for KernelSpec {
-    type Target = SpecValues;
-    fn deref(&self) -> &SpecValues {
-        &self.values
+    type Target = Common;
+    fn deref(&self) -> &Common {
+        self.common()
+    }
+}
+
+impl From<PrebSpec> for KernelSpec {
+    fn from(s: PrebSpec) -> Self {
+        KernelSpec::Preb(s)
+    }
+}
+
+impl From<LdsSpec> for KernelSpec {
+    fn from(s: LdsSpec) -> Self {
+        KernelSpec::Lds(s)
+    }
+}
+
+impl TryFrom<KernelSpec> for PrebSpec {
+    type Error = SpecError;
+    /// The preb spec, or the error naming the variant it is instead.
+    fn try_from(s: KernelSpec) -> Result<Self, SpecError> {
+        match s {
+            KernelSpec::Preb(p) => Ok(p),
+            KernelSpec::Lds(_) => Err(SpecError::WrongVariant {
+                flag: "this spec",
+                needs: Variant::Preb,
+                variant: Variant::Lds,
+            }),
+        }
     }
 }
 
 impl Default for KernelSpec {
     fn default() -> Self {
+        KernelSpec::preb().into()
+    }
+}
+
+impl Default for PrebSpec {
+    fn default() -> Self {
         KernelSpec::preb()
     }
 }
 
-macro_rules! setter {
-    ($name:ident, $t:ty, $doc:literal) => {
-        #[doc = $doc]
-        pub fn $name(mut self, v: $t) -> Self {
-            self.values.$name = v;
-            self
+impl Prefetch {
+    /// The double-buffered pipeline: one B tile ahead, A one tile ahead, scheduled per MMA row.
+    pub fn new() -> Self {
+        Prefetch::default()
+    }
+
+    /// Per-cluster priority brackets and vmcnt staircase, with the default cluster size, or
+    /// none.
+    pub fn cluster_drain_sched(mut self, on: bool) -> Self {
+        self.cluster = on.then(|| self.cluster.unwrap_or_default());
+        self
+    }
+
+    /// The per-cluster schedule, or none.
+    pub fn cluster(mut self, cluster: Option<ClusterSched>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The per-cluster schedule (its current settings, or the defaults) adjusted by `f`.
+    pub fn with_cluster(self, f: impl FnOnce(ClusterSched) -> ClusterSched) -> Self {
+        let c = self.cluster.unwrap_or_default();
+        self.cluster(Some(f(c)))
+    }
+}
+
+impl ClusterSched {
+    /// The per-cluster schedule with the default cluster size.
+    pub fn new() -> Self {
+        ClusterSched::default()
+    }
+}
+
+impl PrebSpec {
+    /// Its own knobs.
+    pub fn knobs(&self) -> &PrebKnobs {
+        &self.knobs
+    }
+
+    /// The prefetching pipeline, if it has one.
+    pub fn prefetch_settings(&self) -> Option<&Prefetch> {
+        self.knobs.prefetch.as_ref()
+    }
+
+    /// The prefetching pipeline with its default settings (or none); settings already chosen
+    /// are kept.
+    pub fn b_prefetch(mut self, on: bool) -> Self {
+        self.knobs.prefetch = on.then(|| self.knobs.prefetch.unwrap_or_default());
+        self
+    }
+
+    /// The prefetching pipeline's settings, or none.
+    pub fn prefetch(mut self, prefetch: Option<Prefetch>) -> Self {
+        self.knobs.prefetch = prefetch;
+        self
+    }
+
+    /// The prefetching pipeline (its current settings, or the defaults) adjusted by `f`.
+    pub fn with_prefetch(self, f: impl FnOnce(Prefetch) -> Prefetch) -> Self {
+        let p = self.knobs.prefetch.unwrap_or_default();
+        self.prefetch(Some(f(p)))
+    }
+
+    /// Rows per wave: by default all BM rows (and `bm` moves them); smaller splits BM across
+    /// waves.
+    pub fn wm(mut self, v: u32) -> Self {
+        self.common.wm = Some(v);
+        self
+    }
+
+    /// Pipeline stages of the K loop: the tile being multiplied and the B tiles in flight ahead
+    /// of it (1 without b_prefetch).
+    pub fn stages(&self) -> u32 {
+        1 + self.knobs.prefetch.map_or(0, |p| p.b_prefetch_depth)
+    }
+
+    /// This spec under every combination of the pipeline's flags (`b_prefetch`, `dram_to_lds`,
+    /// `cluster_drain_sched`, `deep_prime`; the last two exist only with `b_prefetch`), in a
+    /// fixed order (`b_prefetch` outermost). With `cluster_drain_sched` the cluster is `cluster`
+    /// MFMAs, or the whole chain when it is shorter.
+    pub fn preb_flag_variants(&self, cluster: u32) -> Vec<PrebSpec> {
+        let chain = self.mfmas_per_stage();
+        let mut out = Vec::new();
+        for prefetch in [false, true] {
+            for dram in [false, true] {
+                for cds in [false, true] {
+                    for deep in [false, true] {
+                        if !prefetch && (cds || deep) {
+                            continue;
+                        }
+                        let sched = ClusterSched::new().mfma_cluster(chain.min(cluster).max(1));
+                        let pipeline = Prefetch::new()
+                            .deep_prime(deep)
+                            .cluster(cds.then_some(sched));
+                        out.push(
+                            self.clone()
+                                .prefetch(prefetch.then_some(pipeline))
+                                .dram_to_lds(dram),
+                        );
+                    }
+                }
+            }
         }
-    };
-    ($name:ident, $t:ty, $bit:expr, $doc:literal) => {
-        #[doc = $doc]
-        pub fn $name(mut self, v: $t) -> Self {
-            self.values.$name = v;
-            self.explicit.0 |= $bit;
-            self
+        out
+    }
+}
+
+impl LdsSpec {
+    /// Rows per wave.
+    pub fn wm(mut self, v: u32) -> Self {
+        self.common.wm = Some(v);
+        self
+    }
+}
+
+/// What a spec type shares with [`KernelSpec`] by becoming one: checking, naming, keying and
+/// building.
+macro_rules! as_kernel_spec {
+    ($t:ty) => {
+        impl $t {
+            /// Checks every rule; an `Ok` spec compiles.
+            pub fn validate(&self) -> Result<(), SpecError> {
+                KernelSpec::from(self.clone()).validate()
+            }
+            /// The kernel's symbol name, unique per configuration.
+            pub fn kernel_name(&self) -> String {
+                KernelSpec::from(self.clone()).kernel_name()
+            }
+            /// A stable key for caches (see [`KernelSpec::cache_key`]).
+            pub fn cache_key(&self) -> String {
+                KernelSpec::from(self.clone()).cache_key()
+            }
+            /// The stored form.
+            pub fn values(&self) -> SpecValues {
+                KernelSpec::from(self.clone()).values()
+            }
+            /// The LDS buffers the kernel allocates (see [`KernelSpec::lds_buffers`]).
+            pub fn lds_buffers(&self) -> Vec<LdsBuffer> {
+                KernelSpec::from(self.clone()).lds_buffers()
+            }
+            /// LDS bytes the kernel allocates.
+            pub fn lds_bytes(&self) -> u64 {
+                KernelSpec::from(self.clone()).lds_bytes()
+            }
+            /// Estimated VGPR+AGPR demand per lane (see [`KernelSpec::register_estimate`]).
+            pub fn register_estimate(&self) -> (u64, String) {
+                KernelSpec::from(self.clone()).register_estimate()
+            }
+            /// Checks `m x n x k` against this kernel (see [`KernelSpec::check_problem`]).
+            pub fn check_problem(
+                &self,
+                m: usize,
+                n: usize,
+                k: usize,
+            ) -> Result<(), crate::LaunchError> {
+                KernelSpec::from(self.clone()).check_problem(m, n, k)
+            }
+            /// Validates the spec and compiles it, in process (see [`KernelSpec::build`]).
+            pub fn build(&self) -> Result<crate::CompiledKernel, crate::BuildError> {
+                KernelSpec::from(self.clone()).build()
+            }
+            /// [`KernelSpec::build_with`].
+            pub fn build_with(
+                &self,
+                options: tilegen_dsl::CompileOptions,
+            ) -> Result<crate::CompiledKernel, crate::BuildError> {
+                KernelSpec::from(self.clone()).build_with(options)
+            }
         }
     };
 }
 
+as_kernel_spec!(PrebSpec);
+as_kernel_spec!(LdsSpec);
+
 impl KernelSpec {
     /// The preshuffled-B kernel with the seed's defaults (the same as [`KernelSpec::preb`]).
-    pub fn new() -> Self {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> PrebSpec {
         KernelSpec::preb()
     }
 
     /// The preshuffled-B kernel with the seed's defaults: BM=64, BN=128, BK_ELEMS=512, WN=64,
-    /// every flag off but `lds_swizzle`, `mfma_cluster` 4, bf16 output.
-    pub fn preb() -> Self {
-        SpecValues {
-            variant: Variant::Preb,
-            bm: 64,
-            bn: 128,
-            bk_elems: 512,
-            wm: 64,
-            wn: 64,
-            mma: MfmaShape::M16N16K128,
-            out_dtype: OutDtype::Bf16,
-            b_prefetch: false,
-            b_cache_policy: CachePolicy::Always,
-            dram_to_lds: false,
-            lds_swizzle: true,
-            cluster_drain_sched: false,
-            mfma_cluster: 4,
-            deep_prime: false,
-            waves_per_eu: None,
-            split_k: 1,
-            acc_agprs: false,
-            xcd_group_m: 0,
-            b_prefetch_depth: 1,
+    /// one wave over all BM rows, no prefetching pipeline, swizzled LDS, bf16 output.
+    pub fn preb() -> PrebSpec {
+        PrebSpec {
+            common: Common::defaults(Variant::Preb),
+            knobs: PrebKnobs::default(),
         }
-        .into()
     }
 
     /// The LDS-staged kernel with its defaults: BM=BN=128, BK_ELEMS=128, WM=WN=64.
-    pub fn lds() -> Self {
-        SpecValues {
-            variant: Variant::Lds,
-            bm: 128,
-            bn: 128,
-            bk_elems: 128,
-            wm: 64,
-            wn: 64,
-            ..KernelSpec::preb().values
+    pub fn lds() -> LdsSpec {
+        LdsSpec {
+            common: Common::defaults(Variant::Lds),
         }
-        .into()
+    }
+
+    /// The default spec of `variant`.
+    pub fn of_variant(variant: Variant) -> KernelSpec {
+        match variant {
+            Variant::Preb => KernelSpec::preb().into(),
+            Variant::Lds => KernelSpec::lds().into(),
+        }
     }
 
     /// Most K slices [`KernelSpec::split_k`] takes: each split adds one more rounding into
@@ -407,115 +698,159 @@ impl KernelSpec {
     /// the extra workgroups recover on 256 CUs.
     pub const MAX_SPLIT_K: u32 = 64;
 
-    /// The values only.
-    pub fn values(&self) -> &SpecValues {
-        &self.values
-    }
+    /// Most M tiles one group of `xcd_group_m` spans.
+    pub const MAX_XCD_GROUP_M: u32 = 64;
 
-    /// Rows of C per workgroup. On a preb spec whose `wm` was not set, `wm` follows: one wave
-    /// covers all `BM` rows, as before waves could split `BM`.
-    pub fn bm(mut self, v: u32) -> Self {
-        self.values.bm = v;
-        if self.variant == Variant::Preb && !self.explicit.has(Explicit::WM) {
-            self.values.wm = v;
-        }
-        self
-    }
-
-    setter!(bn, u32, "Columns of C per workgroup.");
-    setter!(bk_elems, u32, "K elements per stage.");
-    setter!(
-        wm,
-        u32,
-        Explicit::WM,
-        "Rows per wave (preb: by default all BM rows; smaller splits BM across waves)."
-    );
-    setter!(wn, u32, "Columns per wave.");
-    setter!(mma, MfmaShape, Explicit::MMA, "MFMA shape.");
-    setter!(out_dtype, OutDtype, "Output element type.");
-    setter!(
-        b_prefetch,
-        bool,
-        Explicit::B_PREFETCH,
-        "Depth-2 outer-K pipeline (preb)."
-    );
-    setter!(
-        b_cache_policy,
-        CachePolicy,
-        Explicit::B_CACHE_POLICY,
-        "Cache policy of the B loads (preb)."
-    );
-    setter!(dram_to_lds, bool, "Direct global-to-LDS loads of A.");
-    setter!(
-        lds_swizzle,
-        bool,
-        "Swizzled LDS operand tiles (on by default; off to measure bank conflicts)."
-    );
-    setter!(
-        cluster_drain_sched,
-        bool,
-        Explicit::CLUSTER_DRAIN_SCHED,
-        "Per-cluster priority brackets and vmcnt staircase (preb, b_prefetch)."
-    );
-    setter!(
-        mfma_cluster,
-        u32,
-        Explicit::MFMA_CLUSTER,
-        "MFMAs per cluster (shapes the schedule with cluster_drain_sched only)."
-    );
-    setter!(
-        waves_per_eu,
-        Option<u32>,
-        "Occupancy target in waves per SIMD (bounds register use)."
-    );
-    setter!(
-        deep_prime,
-        bool,
-        Explicit::DEEP_PRIME,
-        "Stage A two tiles ahead (preb, b_prefetch)."
-    );
-
-    setter!(
-        b_prefetch_depth,
-        u32,
-        Explicit::B_PREFETCH_DEPTH,
-        "K tiles of B in flight ahead of the one being multiplied (preb, b_prefetch): 1 or 2. \
-         Depth 2 keeps a third set of B registers and a third A slot in LDS, and unrolls the \
-         K loop by three, so each B fragment has two tiles' MFMAs to arrive in instead of one."
-    );
-
-    /// Most K tiles of B [`KernelSpec::b_prefetch_depth`] keeps in flight: each more costs a
-    /// full set of B fragment registers, an A slot and another copy of the loop body in the
-    /// instruction cache.
+    /// Most K tiles of B `b_prefetch_depth` keeps in flight: each more costs a full set of B
+    /// fragment registers, an A slot and another copy of the loop body in the instruction
+    /// cache.
     pub const MAX_B_PREFETCH_DEPTH: u32 = 2;
 
-    /// Pipeline stages of the preb K loop: the tile being multiplied and the B tiles in
-    /// flight ahead of it (1 without b_prefetch).
-    pub fn stages(&self) -> u32 {
-        if self.b_prefetch {
-            1 + self.b_prefetch_depth
-        } else {
-            1
+    /// The kernel family.
+    pub fn variant(&self) -> Variant {
+        match self {
+            KernelSpec::Lds(_) => Variant::Lds,
+            KernelSpec::Preb(_) => Variant::Preb,
         }
     }
 
-    /// Lets the MFMA accumulators live in AGPRs: the kernel asks LLVM for at least as many
-    /// AGPRs as it has accumulator dwords (`amdgpu-agpr-alloc`), so MFMAs write `a[...]` and
-    /// the architectural VGPRs stay for operands and addresses. Without it LLVM sees no AGPR
-    /// use, pins the AGPR budget to zero and keeps accumulators in VGPRs, so a wave spills
-    /// past 256 registers even at one wave per SIMD, where 512 are there.
-    pub fn acc_agprs(mut self, on: bool) -> Self {
-        self.values.acc_agprs = on;
+    /// The preb spec, if it is one.
+    pub fn as_preb(&self) -> Option<&PrebSpec> {
+        match self {
+            KernelSpec::Preb(p) => Some(p),
+            KernelSpec::Lds(_) => None,
+        }
+    }
+
+    /// The knobs every spec has.
+    pub fn common(&self) -> &Common {
+        match self {
+            KernelSpec::Lds(s) => &s.common,
+            KernelSpec::Preb(s) => &s.common,
+        }
+    }
+
+    pub(crate) fn common_mut(&mut self) -> &mut Common {
+        match self {
+            KernelSpec::Lds(s) => &mut s.common,
+            KernelSpec::Preb(s) => &mut s.common,
+        }
+    }
+
+    pub(crate) fn preb_knobs(&self) -> Option<&PrebKnobs> {
+        self.as_preb().map(|p| &p.knobs)
+    }
+
+    pub(crate) fn preb_knobs_mut(&mut self) -> Option<&mut PrebKnobs> {
+        match self {
+            KernelSpec::Preb(p) => Some(&mut p.knobs),
+            KernelSpec::Lds(_) => None,
+        }
+    }
+
+    /// Rows per wave.
+    pub fn wm(mut self, v: u32) -> Self {
+        self.common_mut().wm = Some(v);
         self
     }
 
-    /// Accumulator dwords per lane: the wave's MMA tiles times the atom's accumulator size.
-    pub fn accumulator_dwords(&self) -> u64 {
-        let s = self.mma;
-        u64::from(self.warp_m() / s.mn()) * u64::from(self.wn / s.mn()) * u64::from(s.acc_dwords())
+    /// The structural knobs' values: the variant, `wm` and the switches that make a scope
+    /// present (`None` where the spec has no place for the switch).
+    pub(crate) fn structure(&self, knob: Knob) -> Option<KnobValue> {
+        let prefetch = self.preb_knobs().and_then(|k| k.prefetch);
+        match knob {
+            Knob::Variant => Some(self.variant().value()),
+            Knob::Wm => Some(self.warp_m().value()),
+            Knob::BPrefetch => self.preb_knobs().map(|k| k.prefetch.is_some().value()),
+            Knob::ClusterDrainSched => prefetch.map(|p| p.cluster.is_some().value()),
+            _ => None,
+        }
     }
 
-    /// Splits K into `splits` slices run by the grid's z dimension (preb; 1..=
+    /// Sets a structural knob: `wm`, or a switch that adds (or drops) its scope with default
+    /// settings. The variant is chosen when a spec is made, not set.
+    pub(crate) fn set_structure(&mut self, knob: Knob, v: KnobValue) -> Result<(), SpecError> {
+        let missing = self.missing_scope(knob);
+        match (knob, v) {
+            (Knob::Variant, KnobValue::Variant(v)) if v == self.variant() => Ok(()),
+            (Knob::Wm, KnobValue::Count(v)) => {
+                self.common_mut().wm = Some(v);
+                Ok(())
+            }
+            (Knob::BPrefetch, KnobValue::Flag(on)) => {
+                let k = self.preb_knobs_mut().ok_or(missing)?;
+                k.prefetch = on.then(|| k.prefetch.unwrap_or_default());
+                Ok(())
+            }
+            (Knob::ClusterDrainSched, KnobValue::Flag(on)) => {
+                let p = self
+                    .preb_knobs_mut()
+                    .and_then(|k| k.prefetch.as_mut())
+                    .ok_or(missing)?;
+                p.cluster = on.then(|| p.cluster.unwrap_or_default());
+                Ok(())
+            }
+            _ => Err(SpecError::Ignored {
+                setter: knob.name(),
+                why: "a spec's variant is chosen when it is made",
+            }),
+        }
+    }
+
+    /// Why `knob` has no place in this spec: the scope it lives in is absent.
+    pub(crate) fn missing_scope(&self, knob: Knob) -> SpecError {
+        let flag = knob.name();
+        match (knob.scope(), knob) {
+            (Scope::Preb, _) | (Scope::Structure, Knob::BPrefetch) => SpecError::WrongVariant {
+                flag,
+                needs: Variant::Preb,
+                variant: self.variant(),
+            },
+            (Scope::Prefetch, _) | (Scope::Structure, Knob::ClusterDrainSched)
+                if self.variant() != Variant::Preb =>
+            {
+                SpecError::WrongVariant {
+                    flag,
+                    needs: Variant::Preb,
+                    variant: self.variant(),
+                }
+            }
+            (Scope::Prefetch, _) | (Scope::Structure, Knob::ClusterDrainSched) => {
+                SpecError::NeedsPrefetch { flag }
+            }
+            (Scope::Cluster, _) if self.variant() != Variant::Preb => SpecError::WrongVariant {
+                flag,
+                needs: Variant::Preb,
+                variant: self.variant(),
+            },
+            (Scope::Cluster, _) => SpecError::Ignored {
+                setter: flag,
+                why: "the cluster size shapes the schedule only with cluster_drain_sched",
+            },
+            _ => SpecError::Ignored {
+                setter: flag,
+                why: "a spec's variant is chosen when it is made",
+            },
+        }
+    }
+
+    /// The stored form: every knob, those the spec has no place for at their defaults.
+    pub fn values(&self) -> SpecValues {
+        let mut v = SpecValues::defaults(self.variant());
+        for &k in Knob::ALL {
+            if let Some(x) = k.get(self) {
+                v.put(k, x);
+            }
+        }
+        v
+    }
+
+    /// Pipeline stages of the K loop (see [`PrebSpec::stages`]; 1 for the LDS-staged kernel).
+    pub fn stages(&self) -> u32 {
+        self.as_preb().map_or(1, PrebSpec::stages)
+    }
+
+    /// This spec with K split into `splits` slices run by the grid's z dimension (preb; 1..=
     /// [`KernelSpec::MAX_SPLIT_K`], default 1), so a problem with few `BM x BN` tiles (decode,
     /// small M) still fills the GPU. Each slice adds its partial tile into C with buffer
     /// atomics: `buffer_atomic_add_f32` for f32 output, `buffer_atomic_pk_add_bf16` for bf16
@@ -528,99 +863,8 @@ impl KernelSpec {
     /// up to `splits` bf16 ulps of the sum of its terms' magnitudes (instead of half an ulp of
     /// its value), and the order of the adds, hence the last bit, varies from run to run. f32
     /// output keeps f32 accuracy (the order still varies).
-    pub fn split_k(mut self, splits: u32) -> Self {
-        self.values.split_k = splits;
-        self
-    }
-
-    /// Most M tiles one group of [`KernelSpec::xcd_group_m`] spans.
-    pub const MAX_XCD_GROUP_M: u32 = 64;
-
-    /// Orders the output tiles for the MI355X's 8 XCDs (preb; 0, the default, keeps the
-    /// grid's order). The GPU hands workgroup `i` to XCD `i mod 8`, and each XCD has its own
-    /// L2, so in the grid's order the workgroups sharing an A row tile or a B column tile land
-    /// on different XCDs and each fetches it from memory. With `g > 0` the kernel renumbers
-    /// its workgroup: the workgroups one XCD receives take consecutive tiles, walked in groups
-    /// of `g` M tiles (down a group's M tiles, then to the next N tile), so the workgroups
-    /// resident on one XCD share both operands' tiles in its L2. The renumbering is a
-    /// bijection for any grid, split-K slices included.
-    pub fn xcd_group_m(mut self, g: u32) -> Self {
-        self.values.xcd_group_m = g;
-        self
-    }
-
-    /// Rows per wave as the kernel uses them.
-    pub fn warp_m(&self) -> u32 {
-        self.wm
-    }
-
-    /// Waves along M (`BM / WM`) and along N (`BN / WN`); the wave index runs along N first.
-    pub fn wave_grid(&self) -> (u32, u32) {
-        (self.bm / self.wm.max(1), self.bn / self.wn.max(1))
-    }
-
-    /// Waves per workgroup in u64: every size derived from the user's values is computed wide,
-    /// so a huge tile is refused by its rule instead of wrapping into a small, valid-looking one.
-    fn warps_wide(&self) -> u64 {
-        u64::from(self.bm / self.warp_m().max(1)) * u64::from(self.bn / self.wn.max(1))
-    }
-
-    /// Waves per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
-    pub fn warps(&self) -> u32 {
-        saturate(self.warps_wide())
-    }
-
-    /// Work-items per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
-    pub fn threads(&self) -> u32 {
-        saturate(self.warps_wide() * u64::from(WAVE_SIZE))
-    }
-
-    fn mma_mn(&self) -> u32 {
-        self.mma.mn()
-    }
-
-    fn mfmas_per_stage_wide(&self) -> u64 {
-        let s = self.mma;
-        u64::from(self.warp_m() / s.mn())
-            * u64::from(self.wn / s.mn())
-            * u64::from(self.bk_elems / s.k())
-    }
-
-    /// This spec under every combination of the preb pipeline's flags the rules allow
-    /// (`b_prefetch`, `dram_to_lds`, `cluster_drain_sched`, `deep_prime`; the last two need
-    /// `b_prefetch`), in a fixed order (`b_prefetch` outermost). With `cluster_drain_sched`
-    /// the cluster is `cluster` MFMAs, or the whole chain when it is shorter.
-    pub fn preb_flag_variants(&self, cluster: u32) -> Vec<KernelSpec> {
-        let chain = self.mfmas_per_stage();
-        let mut out = Vec::new();
-        for prefetch in [false, true] {
-            for dram in [false, true] {
-                for cds in [false, true] {
-                    for deep in [false, true] {
-                        if !prefetch && (cds || deep) {
-                            continue;
-                        }
-                        let spec = self
-                            .clone()
-                            .b_prefetch(prefetch)
-                            .dram_to_lds(dram)
-                            .cluster_drain_sched(cds)
-                            .deep_prime(deep);
-                        out.push(if cds {
-                            spec.mfma_cluster(chain.min(cluster).max(1))
-                        } else {
-                            spec
-                        });
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// MFMAs per wave and K stage (saturating at `u32::MAX` for a spec `validate` refuses).
-    pub fn mfmas_per_stage(&self) -> u32 {
-        saturate(self.mfmas_per_stage_wide())
+    pub fn split_k(&self) -> u32 {
+        self.preb_knobs().map_or(1, |k| k.split_k)
     }
 
     /// The LDS buffers the kernel allocates, in order: the kernels allocate exactly these, so
@@ -633,8 +877,8 @@ impl KernelSpec {
         );
         // FP4 tiles hold two elements a byte; E8M0 scales one byte per 32 elements.
         let buf = |name, bytes| LdsBuffer { name, bytes };
-        match self.variant {
-            Variant::Preb => {
+        match self {
+            KernelSpec::Preb(_) => {
                 const NAMES: [&str; 1 + KernelSpec::MAX_B_PREFETCH_DEPTH as usize] =
                     ["a_slot0", "a_slot1", "a_slot2"];
                 NAMES
@@ -643,7 +887,7 @@ impl KernelSpec {
                     .map(|name| buf(name, bm * bk / 2))
                     .collect()
             }
-            Variant::Lds => vec![
+            KernelSpec::Lds(_) => vec![
                 buf("a_tile", bm * bk / 2),
                 buf("b_tile", bn * bk / 2),
                 buf("a_scales", bm * bk / 32),
@@ -671,12 +915,12 @@ impl KernelSpec {
         let nk = u64::from(self.bk_elems / s.k());
         let acc = nm * nn * u64::from(s.acc_dwords());
         debug_assert_eq!(acc, self.accumulator_dwords());
-        let (b, a) = match self.variant {
-            Variant::Preb => {
+        let (b, a) = match self {
+            KernelSpec::Preb(_) => {
                 let slots = u64::from(self.stages());
                 (slots * nn * nk * 4, nm * 4)
             }
-            Variant::Lds => (nn * 4, nm * 4),
+            KernelSpec::Lds(_) => (nn * 4, nm * 4),
         };
         let margin = 24;
         (
@@ -685,18 +929,30 @@ impl KernelSpec {
         )
     }
 
-    /// Checks every rule; an `Ok` spec compiles.
+    /// Checks every rule the types cannot: sizes, ranges and budgets. An `Ok` spec compiles.
     pub fn validate(&self) -> Result<(), SpecError> {
         for (name, value) in [
             ("bm", self.bm),
             ("bn", self.bn),
             ("bk_elems", self.bk_elems),
             ("wn", self.wn),
-            ("wm", self.wm),
+            ("wm", self.warp_m()),
         ] {
             if value == 0 {
                 return Err(SpecError::NotPositive { name, value });
             }
+        }
+        // Each knob's declared range, where the spec has the knob (an unset occupancy target
+        // has none).
+        for &k in Knob::ALL {
+            let (Some(r), Some(v)) = (k.range(), k.get(self)) else {
+                continue;
+            };
+            let value = match v {
+                KnobValue::Count(x) | KnobValue::Auto(Some(x)) => x,
+                _ => continue,
+            };
+            in_range(k.name(), value, r.min, r.max, r.why)?;
         }
         let multiple = |name, value: u32, multiple: u32, why| {
             if !value.is_multiple_of(multiple) {
@@ -710,60 +966,9 @@ impl KernelSpec {
                 Ok(())
             }
         };
-        let preb_only = |flag: &'static str, set: bool| {
-            if set && self.variant != Variant::Preb {
-                Err(SpecError::WrongVariant {
-                    flag,
-                    needs: Variant::Preb,
-                    variant: self.variant,
-                })
-            } else {
-                Ok(())
-            }
-        };
-        // Set explicitly, or (for a spec read back) set to something other than the default.
-        let x = self.explicit;
-        preb_only("b_prefetch", self.b_prefetch || x.has(Explicit::B_PREFETCH))?;
-        preb_only(
-            "b_cache_policy",
-            self.b_cache_policy != CachePolicy::Always || x.has(Explicit::B_CACHE_POLICY),
-        )?;
-        preb_only(
-            "cluster_drain_sched",
-            self.cluster_drain_sched || x.has(Explicit::CLUSTER_DRAIN_SCHED),
-        )?;
-        preb_only("deep_prime", self.deep_prime || x.has(Explicit::DEEP_PRIME))?;
-        if x.has(Explicit::MFMA_CLUSTER) && !self.cluster_drain_sched {
-            return Err(SpecError::Ignored {
-                setter: "mfma_cluster",
-                why: "the cluster size shapes the schedule only with cluster_drain_sched",
-            });
-        }
-        if !self.b_prefetch {
-            if self.cluster_drain_sched {
-                return Err(SpecError::NeedsPrefetch {
-                    flag: "cluster_drain_sched",
-                });
-            }
-            if self.deep_prime {
-                return Err(SpecError::NeedsPrefetch { flag: "deep_prime" });
-            }
-            if self.b_prefetch_depth != 1 || x.has(Explicit::B_PREFETCH_DEPTH) {
-                return Err(SpecError::NeedsPrefetch {
-                    flag: "b_prefetch_depth",
-                });
-            }
-        }
-        in_range(
-            "b_prefetch_depth",
-            self.b_prefetch_depth,
-            1,
-            KernelSpec::MAX_B_PREFETCH_DEPTH,
-            "K tiles of B in flight ahead of the one being multiplied",
-        )?;
-        let mn = self.mma_mn();
-        match self.variant {
-            Variant::Preb => {
+        let mn = self.mma.mn();
+        match self {
+            KernelSpec::Preb(_) => {
                 if self.bm != 16 && !self.bm.is_multiple_of(32) {
                     return Err(SpecError::PairRule {
                         name: "bm",
@@ -771,7 +976,8 @@ impl KernelSpec {
                         what: "row",
                     });
                 }
-                for (name, value, what) in [("wm", self.wm, "row"), ("wn", self.wn, "column")] {
+                for (name, value, what) in [("wm", self.warp_m(), "row"), ("wn", self.wn, "column")]
+                {
                     if value != 16 && !value.is_multiple_of(32) {
                         return Err(SpecError::PairRule { name, value, what });
                     }
@@ -783,16 +989,26 @@ impl KernelSpec {
                     "one scale dword covers two 128-K MFMA steps",
                 )?;
                 multiple("bm", self.bm, mn, "whole MFMA tiles per workgroup")?;
-                multiple("wm", self.wm, mn, "whole MFMA tiles per wave")?;
+                multiple("wm", self.warp_m(), mn, "whole MFMA tiles per wave")?;
                 multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
-                multiple("bm", self.bm, self.wm, "waves split BM into WM-high strips")?;
+                multiple(
+                    "bm",
+                    self.bm,
+                    self.warp_m(),
+                    "waves split BM into WM-high strips",
+                )?;
                 multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
             }
-            Variant::Lds => {
+            KernelSpec::Lds(_) => {
                 multiple("bm", self.bm, mn, "whole MFMA tiles per workgroup")?;
-                multiple("wm", self.wm, mn, "whole MFMA tiles per wave")?;
+                multiple("wm", self.warp_m(), mn, "whole MFMA tiles per wave")?;
                 multiple("wn", self.wn, mn, "whole MFMA tiles per wave")?;
-                multiple("bm", self.bm, self.wm, "waves split BM into WM-high strips")?;
+                multiple(
+                    "bm",
+                    self.bm,
+                    self.warp_m(),
+                    "waves split BM into WM-high strips",
+                )?;
                 multiple("bn", self.bn, self.wn, "waves split BN into WN-wide strips")?;
                 multiple(
                     "bk_elems",
@@ -808,25 +1024,21 @@ impl KernelSpec {
             return Err(SpecError::TooManyThreads { warps, threads });
         }
         let chain = self.mfmas_per_stage_wide();
-        // The cluster size only shapes the schedule with cluster_drain_sched.
-        if self.mfma_cluster == 0
-            || (self.cluster_drain_sched && u64::from(self.mfma_cluster) > chain)
+        if let Some(KnobValue::Count(value)) = Knob::MfmaCluster.get(self)
+            && (value == 0 || u64::from(value) > chain)
         {
-            return Err(SpecError::MfmaCluster {
-                value: self.mfma_cluster,
-                chain,
-            });
+            return Err(SpecError::MfmaCluster { value, chain });
         }
         let lds = self.lds_bytes();
         if lds > u64::from(LDS_BYTES) {
-            let detail = match self.variant {
-                Variant::Preb => format!(
+            let detail = match self {
+                KernelSpec::Preb(_) => format!(
                     "{} A slot(s) of {} x {} bytes",
                     self.stages(),
                     self.bm,
                     self.bk_elems / 2
                 ),
-                Variant::Lds => format!(
+                KernelSpec::Lds(_) => format!(
                     "A {}x{} + B {}x{} bytes + scales",
                     self.bm,
                     self.bk_elems / 2,
@@ -858,103 +1070,30 @@ impl KernelSpec {
                 detail: format!("{per_simd} waves per SIMD x ({detail})"),
             });
         }
-        in_range(
-            "split_k",
-            self.split_k,
-            1,
-            KernelSpec::MAX_SPLIT_K,
-            "K slices run by the grid's z dimension",
-        )?;
-        preb_only("split_k", self.split_k > 1)?;
-        in_range(
-            "xcd_group_m",
-            self.xcd_group_m,
-            0,
-            KernelSpec::MAX_XCD_GROUP_M,
-            "M tiles per group of the XCD-aware tile order",
-        )?;
-        preb_only("xcd_group_m", self.xcd_group_m > 0)?;
-        if let Some(w) = self.waves_per_eu {
-            in_range(
-                "waves_per_eu",
-                w,
-                1,
-                MAX_WAVES_PER_SIMD,
-                "a gfx950 SIMD holds 1 to 8 waves",
-            )?;
-        }
         Ok(())
     }
 
-    /// The kernel's symbol name, unique per configuration.
+    /// The kernel's symbol name, unique per configuration: each knob the spec has adds its
+    /// piece, in the pieces' declared order.
     pub fn kernel_name(&self) -> String {
-        let mut s = format!(
-            "mxfp4_gemm_{}_bm{}_bn{}_bk{}_wm{}_wn{}_{}_{}",
-            self.variant,
-            self.bm,
-            self.bn,
-            self.bk_elems,
-            self.warp_m(),
-            self.wn,
-            match self.mma {
-                MfmaShape::M16N16K128 => "m16",
-                MfmaShape::M32N32K64 => "m32",
-            },
-            self.out_dtype
-        );
-        if self.b_prefetch {
-            s.push_str("_bpf");
-            if self.b_prefetch_depth > 1 {
-                s.push_str(&self.b_prefetch_depth.to_string());
-            }
-        }
-        if self.b_cache_policy != CachePolicy::Always {
-            s.push_str(&format!("_b{:?}", self.b_cache_policy).to_lowercase());
-        }
-        if self.dram_to_lds {
-            s.push_str("_d2l");
-        }
-        if !self.lds_swizzle {
-            s.push_str("_nosw");
-        }
-        if let Some(w) = self.waves_per_eu {
-            s.push_str(&format!("_w{w}"));
-        }
-        if self.cluster_drain_sched {
-            s.push_str(&format!("_cds{}", self.mfma_cluster));
-        }
-        if self.deep_prime {
-            s.push_str("_dp");
-        }
-        if self.split_k > 1 {
-            s.push_str(&format!("_sk{}", self.split_k));
-        }
-        if self.acc_agprs {
-            s.push_str("_agpr");
-        }
-        if self.xcd_group_m > 0 {
-            s.push_str(&format!("_xg{}", self.xcd_group_m));
-        }
-        s
-    }
-
-    /// The values that change the generated code: what a variant ignores is set to what it
-    /// uses (the cluster size matters only with cluster_drain_sched).
-    fn canonical(&self) -> SpecValues {
-        let mut v = self.values.clone();
-        if !v.cluster_drain_sched {
-            v.mfma_cluster = KernelSpec::preb().mfma_cluster;
-        }
-        v
+        let mut pieces: Vec<(u8, String)> = Knob::ALL
+            .iter()
+            .filter_map(|&k| Some((k.rank(), k.piece(k.get(self)?)?)))
+            .collect();
+        pieces.sort_by_key(|(rank, _)| *rank);
+        pieces
+            .into_iter()
+            .fold("mxfp4_gemm".to_string(), |name, (_, piece)| name + &piece)
     }
 
     /// A stable key for caches: specs that generate the same code, with the same crate version
-    /// and LLVM major version, give the same key on every machine and run.
+    /// and LLVM major version, give the same key on every machine and run. It hashes the
+    /// stored form, where a knob the spec lacks holds its default.
     pub fn cache_key(&self) -> String {
         let canonical = format!(
             "tilegen-kernels {} llvm22 {}",
             env!("CARGO_PKG_VERSION"),
-            serde_json::to_string(&self.canonical()).unwrap_or_else(|_| self.kernel_name())
+            serde_json::to_string(&self.values()).unwrap_or_else(|_| self.kernel_name())
         );
         // FNV-1a, 128 bits (two 64-bit lanes): stable across platforms and Rust versions, unlike
         // `std::hash`.
@@ -965,6 +1104,115 @@ impl KernelSpec {
             h2 = (h2 ^ b as u64 ^ 0x5a).wrapping_mul(0x100000001b3);
         }
         format!("{h1:016x}{h2:016x}")
+    }
+}
+
+impl SpecValues {
+    /// Whether the stored form writes knob `k`: always, unless it was added later and is at
+    /// its default.
+    fn written(&self, k: Knob) -> bool {
+        k.stored() != Stored::UnlessDefault || self.get(k) != k.default_value(self.variant)
+    }
+}
+
+impl TryFrom<SpecValues> for KernelSpec {
+    type Error = SpecError;
+
+    /// The typed spec of a stored one. A knob the spec has no place for (a preb knob on the
+    /// LDS-staged kernel, a pipeline setting without `b_prefetch`, a cluster size without
+    /// `cluster_drain_sched`) must hold its default, or the spec is refused: the kernel would
+    /// ignore it. `validate` still checks the values.
+    fn try_from(v: SpecValues) -> Result<Self, SpecError> {
+        let mut spec = KernelSpec::of_variant(v.variant);
+        // The table's order puts every switch before the knobs it makes a place for.
+        for &k in Knob::ALL {
+            let x = v.get(k);
+            if let Err(e) = k.set(&mut spec, x)
+                && x != k.default_value(v.variant)
+            {
+                return Err(e);
+            }
+        }
+        // A preb spec whose wm is its bm was stored from one whose wm follows bm.
+        if let KernelSpec::Preb(p) = &mut spec
+            && p.common.wm == Some(p.common.bm)
+        {
+            p.common.wm = None;
+        }
+        Ok(spec)
+    }
+}
+
+impl From<KernelSpec> for SpecValues {
+    fn from(s: KernelSpec) -> Self {
+        s.values()
+    }
+}
+
+impl Common {
+    /// Rows per wave as the kernel uses them (all of `bm` unless set).
+    pub fn warp_m(&self) -> u32 {
+        self.wm.unwrap_or(self.bm)
+    }
+
+    /// Accumulator dwords per lane: the wave's MMA tiles times the atom's accumulator size.
+    pub fn accumulator_dwords(&self) -> u64 {
+        let s = self.mma;
+        u64::from(self.warp_m() / s.mn()) * u64::from(self.wn / s.mn()) * u64::from(s.acc_dwords())
+    }
+
+    /// Waves along M (`BM / WM`) and along N (`BN / WN`); the wave index runs along N first.
+    pub fn wave_grid(&self) -> (u32, u32) {
+        (self.bm / self.warp_m().max(1), self.bn / self.wn.max(1))
+    }
+
+    /// Waves per workgroup in u64: every size derived from the user's values is computed wide,
+    /// so a huge tile is refused by its rule instead of wrapping into a small, valid-looking one.
+    fn warps_wide(&self) -> u64 {
+        u64::from(self.bm / self.warp_m().max(1)) * u64::from(self.bn / self.wn.max(1))
+    }
+
+    /// Waves per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
+    pub fn warps(&self) -> u32 {
+        saturate(self.warps_wide())
+    }
+
+    /// Work-items per workgroup (saturating at `u32::MAX` for a spec `validate` refuses).
+    pub fn threads(&self) -> u32 {
+        saturate(self.warps_wide() * u64::from(WAVE_SIZE))
+    }
+
+    fn mfmas_per_stage_wide(&self) -> u64 {
+        let s = self.mma;
+        u64::from(self.warp_m() / s.mn())
+            * u64::from(self.wn / s.mn())
+            * u64::from(self.bk_elems / s.k())
+    }
+
+    /// MFMAs per wave and K stage (saturating at `u32::MAX` for a spec `validate` refuses).
+    pub fn mfmas_per_stage(&self) -> u32 {
+        saturate(self.mfmas_per_stage_wide())
+    }
+}
+
+/// `value` within `min..=max`, or the error naming the rule.
+fn in_range(
+    name: &'static str,
+    value: u32,
+    min: u32,
+    max: u32,
+    why: &'static str,
+) -> Result<(), SpecError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+            why,
+        })
     }
 }
 
@@ -1014,31 +1262,10 @@ mod tests {
             ),
             "{e}"
         );
-        let e = KernelSpec::new().deep_prime(true).validate().unwrap_err();
-        assert_eq!(e, SpecError::NeedsPrefetch { flag: "deep_prime" });
-        let e = KernelSpec::new()
-            .cluster_drain_sched(true)
-            .validate()
-            .unwrap_err();
-        assert_eq!(
-            e,
-            SpecError::NeedsPrefetch {
-                flag: "cluster_drain_sched"
-            }
-        );
-        // B two tiles ahead needs the pipeline, stays within its bound, and costs a third A
-        // slot and B register set.
-        let e = KernelSpec::new()
-            .b_prefetch_depth(2)
-            .validate()
-            .unwrap_err();
-        assert_eq!(
-            e,
-            SpecError::NeedsPrefetch {
-                flag: "b_prefetch_depth"
-            }
-        );
-        let deeper = KernelSpec::new().b_prefetch(true).b_prefetch_depth(3);
+        // B two tiles ahead stays within its bound, and costs a third A slot and B register
+        // set.
+        let depth = |d| KernelSpec::new().prefetch(Some(Prefetch::new().b_prefetch_depth(d)));
+        let deeper = depth(3);
         assert!(matches!(
             deeper.validate().unwrap_err(),
             SpecError::OutOfRange {
@@ -1047,23 +1274,14 @@ mod tests {
             }
         ));
         let two = KernelSpec::new().b_prefetch(true);
-        let three = two.clone().b_prefetch_depth(2);
+        let three = depth(2);
         assert_eq!((two.stages(), three.stages()), (2, 3));
         assert_eq!(three.lds_bytes(), two.lds_bytes() / 2 * 3);
         assert!(three.register_estimate().0 > two.register_estimate().0);
         assert!(three.kernel_name().ends_with("_bpf2"));
-        let e = KernelSpec::lds().b_prefetch(true).validate().unwrap_err();
-        assert!(matches!(
-            e,
-            SpecError::WrongVariant {
-                flag: "b_prefetch",
-                ..
-            }
-        ));
+        let cluster = |n| Prefetch::new().cluster(Some(ClusterSched::new().mfma_cluster(n)));
         let e = KernelSpec::new()
-            .b_prefetch(true)
-            .cluster_drain_sched(true)
-            .mfma_cluster(0)
+            .prefetch(Some(cluster(0)))
             .validate()
             .unwrap_err();
         assert!(matches!(e, SpecError::MfmaCluster { .. }));
@@ -1198,6 +1416,10 @@ mod tests {
             s.validate().unwrap();
             let f = s.values();
             assert!(f.b_prefetch || !(f.cluster_drain_sched || f.deep_prime));
+            assert_eq!(
+                KernelSpec::try_from(f).unwrap(),
+                KernelSpec::from(s.clone())
+            );
         }
     }
 
@@ -1207,5 +1429,86 @@ mod tests {
         assert_eq!(a.cache_key(), KernelSpec::new().cache_key());
         assert_ne!(a.cache_key(), a.clone().b_prefetch(true).cache_key());
         assert_eq!(a.cache_key().len(), 32);
+    }
+}
+
+#[cfg(test)]
+mod stored_tests {
+    use super::*;
+
+    /// A stored knob the spec has no place for is refused with the reason, never dropped.
+    #[test]
+    fn misplaced_stored_knobs_are_refused() {
+        let stored = |f: fn(&mut SpecValues)| {
+            let mut v = KernelSpec::new().values();
+            f(&mut v);
+            KernelSpec::try_from(v)
+        };
+        assert_eq!(
+            stored(|v| v.deep_prime = true),
+            Err(SpecError::NeedsPrefetch { flag: "deep_prime" })
+        );
+        assert_eq!(
+            stored(|v| v.b_prefetch_depth = 2),
+            Err(SpecError::NeedsPrefetch {
+                flag: "b_prefetch_depth"
+            })
+        );
+        assert_eq!(
+            stored(|v| v.cluster_drain_sched = true),
+            Err(SpecError::NeedsPrefetch {
+                flag: "cluster_drain_sched"
+            })
+        );
+        assert!(matches!(
+            stored(|v| {
+                v.b_prefetch = true;
+                v.mfma_cluster = 2;
+            }),
+            Err(SpecError::Ignored {
+                setter: "mfma_cluster",
+                ..
+            })
+        ));
+        assert!(matches!(
+            stored(|v| {
+                v.variant = Variant::Lds;
+                v.b_prefetch = true;
+            }),
+            Err(SpecError::WrongVariant {
+                flag: "b_prefetch",
+                ..
+            })
+        ));
+        // Unknown and repeated fields are refused; knobs added later read as their defaults.
+        let json = serde_json::to_string(&KernelSpec::new()).unwrap();
+        assert!(!json.contains("b_burst") && !json.contains("xcd_group_m"));
+        let extra = json.replacen('{', "{\"warp_n\":64,", 1);
+        assert!(serde_json::from_str::<KernelSpec>(&extra).is_err());
+        let twice = json.replacen('{', "{\"bm\":64,", 1);
+        assert!(serde_json::from_str::<KernelSpec>(&twice).is_err());
+        let burst = KernelSpec::new().prefetch(Some(Prefetch::new().b_burst(true)));
+        let json = serde_json::to_string(&burst).unwrap();
+        assert!(json.ends_with(",\"b_burst\":true}"), "{json}");
+        assert_eq!(
+            serde_json::from_str::<KernelSpec>(&json).unwrap(),
+            burst.clone().into()
+        );
+        assert!(burst.kernel_name().ends_with("_bpf_bburst"));
+    }
+
+    /// Every knob has one declaration: a distinct name, a flag, a doc, a default of its type.
+    #[test]
+    fn every_knob_is_declared_whole() {
+        let mut names = std::collections::HashSet::new();
+        for &k in Knob::ALL {
+            assert!(names.insert(k.name()), "{k:?}");
+            assert!(!k.doc().is_empty() && !k.flag().contains('_'));
+            for v in [Variant::Preb, Variant::Lds] {
+                assert!(k.accepts(k.default_value(v)));
+            }
+        }
+        assert_eq!(Knob::LdsSwizzle.flag(), "no-lds-swizzle");
+        assert_eq!(Knob::BPrefetchDepth.flag(), "b-prefetch-depth");
     }
 }

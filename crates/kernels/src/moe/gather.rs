@@ -13,7 +13,7 @@
 use tilegen_dsl::{Buffer, DslError, Int, Kernel, Result, TileTensor, dev_layout, split_strides};
 use tilegen_layout::{Coord, Idx, Layout};
 
-use crate::gemm::KernelSpec;
+use crate::gemm::PrebSpec;
 use crate::gemm::common;
 use crate::gemm::preb::{AOperand, Mainloop};
 use crate::tile::atom::ScaleSel;
@@ -127,7 +127,7 @@ impl<'k, 'ctx> GatheredA<'k, 'ctx> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         th: &Threads<'k, 'ctx>,
-        spec: &KernelSpec,
+        spec: &PrebSpec,
         mma: &BlockScaledMmaOp<'k, 'ctx>,
         rows: &SortedRows<'k, 'ctx>,
         x: Buffer<'ctx>,

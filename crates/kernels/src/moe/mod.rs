@@ -22,5 +22,7 @@ pub use layer::{
     MoeRun, PreshuffledExpert, expert_bias_bytes, expert_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
+#[cfg(feature = "clap")]
+pub use spec::MoeTileKnobs;
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};
 pub use template::{MoeModel, MoeRouter, MoeSpace, MoeTemplate, MoeTemplatePlan};

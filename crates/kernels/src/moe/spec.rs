@@ -1,6 +1,6 @@
 //! `MoeSpec`: the kernels of one grouped MXFP4 MoE layer, validated before LLVM sees them.
 //!
-//! A layer runs two grouped preshuffled-B GEMMs, each a [`KernelSpec`] tile (preb variant) whose
+//! A layer runs two grouped preshuffled-B GEMMs, each a [`PrebSpec`] tile whose
 //! `BM` rows are one sorted block of (token, slot) pairs of one expert:
 //! * **gate/up**: gathers the block's token rows, multiplies by the expert's `[2 I, H]` weight,
 //!   applies the [`Activation`] to each (gate, up) pair and quantizes the `BN / 2` results per
@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tilegen_dsl::target::LDS_BYTES;
 pub use tilegen_mx::moe::{Activation, Combine, MoeShape};
 
-use crate::gemm::{KernelSpec, OutDtype, SpecError, Variant};
+use crate::gemm::{KernelSpec, OutDtype, PrebSpec, SpecError};
 
 /// Which kernel of the layer, in launch order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -80,8 +80,8 @@ pub enum MoeSpecError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MoeSpec {
     block_m: u32,
-    gate_up: KernelSpec,
-    down: KernelSpec,
+    gate_up: PrebSpec,
+    down: PrebSpec,
     activation: Activation,
     combine: Combine,
     /// Per-expert biases on both GEMMs' outputs; absent in specs written before they existed.
@@ -89,9 +89,35 @@ pub struct MoeSpec {
     bias: bool,
 }
 
-/// The default tile of both stages for `block_m` rows: BN = 128 in two 64-wide waves, BK = 512.
-fn default_tile(block_m: u32) -> KernelSpec {
-    KernelSpec::preb().bm(block_m).bn(128).wn(64).bk_elems(512)
+impl MoeSpec {
+    /// The default tile of both stages for `block_m` rows: the preb kernel's defaults (BN = 128
+    /// in two 64-wide waves, BK = 512) with `BM` the block size.
+    pub fn default_tile(block_m: u32) -> PrebSpec {
+        KernelSpec::preb().bm(block_m)
+    }
+
+    /// The tile knobs the layer fixes: `bm` (the block size) and `wm` (one wave strip over the
+    /// block), `out_dtype` (bf16), `split_k` (1) and `xcd_group_m` (blocks go in expert order).
+    pub const FIXED_KNOBS: &'static [crate::gemm::Knob] = &[
+        crate::gemm::Knob::Bm,
+        crate::gemm::Knob::Wm,
+        crate::gemm::Knob::OutDtype,
+        crate::gemm::Knob::SplitK,
+        crate::gemm::Knob::XcdGroupM,
+    ];
+}
+
+/// The tile knobs a layer's command line offers: every GEMM knob but those the layer fixes
+/// ([`MoeSpec::FIXED_KNOBS`]).
+#[cfg(feature = "clap")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MoeTileKnobs;
+
+#[cfg(feature = "clap")]
+impl crate::gemm::KnobSet for MoeTileKnobs {
+    fn takes(k: crate::gemm::Knob) -> bool {
+        !MoeSpec::FIXED_KNOBS.contains(&k)
+    }
 }
 
 impl MoeSpec {
@@ -100,8 +126,8 @@ impl MoeSpec {
     pub fn new(activation: Activation) -> Self {
         MoeSpec {
             block_m: 32,
-            gate_up: default_tile(32),
-            down: default_tile(32),
+            gate_up: MoeSpec::default_tile(32),
+            down: MoeSpec::default_tile(32),
             activation,
             combine: Combine::Atomic,
             bias: false,
@@ -117,13 +143,13 @@ impl MoeSpec {
     }
 
     /// The gate/up kernel's tile (a preb spec whose `bm` is the block size).
-    pub fn gate_up(mut self, tile: KernelSpec) -> Self {
+    pub fn gate_up(mut self, tile: PrebSpec) -> Self {
         self.gate_up = tile;
         self
     }
 
     /// The down kernel's tile (a preb spec whose `bm` is the block size).
-    pub fn down(mut self, tile: KernelSpec) -> Self {
+    pub fn down(mut self, tile: PrebSpec) -> Self {
         self.down = tile;
         self
     }
@@ -159,7 +185,7 @@ impl MoeSpec {
 
     /// The tile of a GEMM stage ([`Stage::GateUp`] or [`Stage::Down`]; the reduce has none and
     /// gives the down tile).
-    pub fn tile(&self, stage: Stage) -> &KernelSpec {
+    pub fn tile(&self, stage: Stage) -> &PrebSpec {
         match stage {
             Stage::GateUp => &self.gate_up,
             Stage::Down | Stage::Reduce => &self.down,
@@ -197,12 +223,6 @@ impl MoeSpec {
             let rule = |rule: String| Err(MoeSpecError::Rule { stage, rule });
             tile.validate()
                 .map_err(|source| MoeSpecError::Tile { stage, source })?;
-            if tile.variant != Variant::Preb {
-                return rule(format!(
-                    "variant {} (the grouped kernels are preshuffled-B kernels)",
-                    tile.variant
-                ));
-            }
             if tile.bm != self.block_m {
                 return rule(format!(
                     "bm = {} must be the block size {} (one sorted block per workgroup)",
@@ -211,16 +231,23 @@ impl MoeSpec {
             }
             // The grouped kernels' gathered A rows and epilogues serve one wave strip of the
             // whole block and write each output once.
-            if tile.wm != tile.bm {
+            if tile.warp_m() != tile.bm {
                 return rule(format!(
                     "wm = {} must equal bm = {} (waves along M are not supported by the grouped kernels)",
-                    tile.wm, tile.bm
+                    tile.warp_m(),
+                    tile.bm
                 ));
             }
-            if tile.split_k != 1 {
+            if tile.knobs().split_k != 1 {
                 return rule(format!(
                     "split_k = {} must be 1 (the activation and the combine need the whole K sum)",
-                    tile.split_k
+                    tile.knobs().split_k
+                ));
+            }
+            if tile.knobs().xcd_group_m != 0 {
+                return rule(format!(
+                    "xcd_group_m = {} would be ignored (the grouped kernels take their blocks in expert order)",
+                    tile.knobs().xcd_group_m
                 ));
             }
             if tile.out_dtype != OutDtype::Bf16 {
@@ -305,7 +332,7 @@ impl MoeSpec {
 
     /// The symbol name of a stage's kernel, unique per configuration.
     pub fn kernel_name(&self, stage: Stage) -> String {
-        let tile = |t: &KernelSpec| {
+        let tile = |t: &PrebSpec| {
             // Every tile's output is bf16 here: the name leaves it out.
             t.kernel_name()
                 .trim_start_matches("mxfp4_gemm_")
@@ -377,25 +404,19 @@ mod tests {
         assert!(e.to_string().contains("multiple of 64"), "{e}");
         let e = s
             .clone()
-            .down(default_tile(32).out_dtype(OutDtype::F32))
+            .down(MoeSpec::default_tile(32).out_dtype(OutDtype::F32))
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("ignored"), "{e}");
         let e = s
             .clone()
-            .gate_up(KernelSpec::lds().bm(32).wm(32))
-            .validate()
-            .unwrap_err();
-        assert!(e.to_string().contains("preshuffled-B"), "{e}");
-        let e = s
-            .clone()
-            .gate_up(default_tile(32).wm(16))
+            .gate_up(MoeSpec::default_tile(32).wm(16))
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("waves along M"), "{e}");
         let e = s
             .clone()
-            .down(default_tile(32).split_k(2))
+            .down(MoeSpec::default_tile(32).split_k(2))
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("split_k = 2"), "{e}");
@@ -440,7 +461,7 @@ mod tests {
         // 3072 is not a whole number of 2048-element tiles.
         let e = s
             .clone()
-            .gate_up(default_tile(32).bk_elems(2048))
+            .gate_up(MoeSpec::default_tile(32).bk_elems(2048))
             .check_shape(&oss)
             .unwrap_err();
         assert!(e.to_string().contains("hidden"), "{e}");

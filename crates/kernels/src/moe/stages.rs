@@ -218,7 +218,7 @@ fn expert_bias<'k, 'ctx>(
 /// accumulators: per (value, MMA tile row, MMA tile column) of a lane, its row or column.
 fn accum_index<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
-    tile: &crate::KernelSpec,
+    tile: &crate::PrebSpec,
     th: &Threads<'k, 'ctx>,
     mma: &BlockScaledMmaOp<'k, 'ctx>,
     n: Int<'k, 'ctx>,
@@ -294,7 +294,16 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
     let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
     let blocks = rows / bm;
     let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
-    let (b, sfb) = expert_b(k, p.w, p.w_scales, expert, n, kb, ks, tile.b_cache_policy)?;
+    let (b, sfb) = expert_b(
+        k,
+        p.w,
+        p.w_scales,
+        expert,
+        n,
+        kb,
+        ks,
+        tile.knobs().b_cache_policy,
+    )?;
     let (slots, mma) = preb::mma_state(k, tile)?;
     let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
     let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
@@ -633,7 +642,16 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
     let blocks = rows / bm;
     let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
-    let (b, sfb) = expert_b(k, p.w, p.w_scales, expert, n, kb, ks, tile.b_cache_policy)?;
+    let (b, sfb) = expert_b(
+        k,
+        p.w,
+        p.w_scales,
+        expert,
+        n,
+        kb,
+        ks,
+        tile.knobs().b_cache_policy,
+    )?;
     let (slots, mma) = preb::mma_state(k, tile)?;
     let a_buf = k.buffer(k.ptr_arg(p.a)?, rows * kb, CachePolicy::Always)?;
     let sa_buf = k.buffer(

@@ -6,7 +6,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError};
-use crate::gemm::KernelSpec;
 
 /// How a model's router turns logits into experts and weights (see [`Scoring`]). A sigmoid
 /// router's per-expert selection bias is learned, so it is the checkpoint's, not the template's.
@@ -189,8 +188,7 @@ impl MoeTemplate {
                             for &pf in &s.b_prefetch {
                                 for &combine in &s.combine {
                                     let tile = |bn: u32| {
-                                        KernelSpec::preb()
-                                            .bm(bm)
+                                        MoeSpec::default_tile(bm)
                                             .bn(bn)
                                             .wn(wn)
                                             .bk_elems(bk)
