@@ -120,8 +120,9 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
 /// A tile position: the tile's shape and its coordinate in units of that shape.
 pub type TileAt<'k, 'ctx> = ([i64; 2], [Int<'k, 'ctx>; 2]);
 
-/// Allocates the LDS buffers of a spec's plan ([`KernelSpec::lds_buffers`]), in its order:
-/// the kernels allocate exactly what `lds_bytes` counts.
+/// Allocates the LDS buffers of a spec's plan
+/// ([`KernelSpec::lds_buffers`](crate::KernelSpec::lds_buffers)), in its order: the kernels
+/// allocate exactly what `lds_bytes` counts.
 pub fn alloc_lds<'ctx>(k: &Kernel<'ctx>, plan: &[LdsBuffer]) -> Result<Vec<Lds<'ctx>>> {
     plan.iter()
         .map(|b| {
