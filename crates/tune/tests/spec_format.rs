@@ -137,7 +137,9 @@ fn packs_of_a_newer_spec_format_are_refused() {
             format!("{{\"format\": 1{extra}, \"tilegen_version\": \"0\"}}"),
         )
         .unwrap();
-        tilegen_tune::pack::verify(dir.path()).unwrap_err().to_string()
+        tilegen_tune::pack::verify(dir.path())
+            .unwrap_err()
+            .to_string()
     };
     let newer = manifest(&format!(", \"spec_format\": {}", SPEC_FORMAT + 1));
     assert!(newer.contains("the spec format"), "{newer}");

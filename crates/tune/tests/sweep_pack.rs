@@ -533,7 +533,8 @@ fn unusable_compile_cache_entries_are_discarded_never_followed() {
     let good = std::fs::read(f.cache.join(&name)).unwrap();
     std::fs::write(s("outside.hsaco"), &good).unwrap();
     // A valid code object of another kernel.
-    let other = tilegen_tune::eval::compile(&tilegen_kernels::KernelSpec::new().bn(64).into()).unwrap();
+    let other =
+        tilegen_tune::eval::compile(&tilegen_kernels::KernelSpec::new().bn(64).into()).unwrap();
     type Plant = Box<dyn Fn(&Path)>;
     // (case, how the entry is planted, words of the reason, removed)
     let cases: Vec<(&str, Plant, &str, bool)> = vec![

@@ -125,7 +125,12 @@ fn a_good_template_enumerates_and_counts() {
     );
     assert!(e.specs.iter().all(|s| s.validate().is_ok()));
     // bm 16 covers M = 16, so taller tiles are not worth it there but are at M = 64.
-    let tall: KernelSpec = KernelSpec::preb().bm(32).bn(128).bk_elems(256).wn(32).into();
+    let tall: KernelSpec = KernelSpec::preb()
+        .bm(32)
+        .bn(128)
+        .bk_elems(256)
+        .wn(32)
+        .into();
     assert!(!worth(
         &t.space,
         &tall,
