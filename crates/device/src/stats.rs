@@ -5,7 +5,8 @@ use std::ops::{Index, IndexMut};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-/// A number a device counts during one launch (besides instructions by class and mnemonic).
+/// A number a device counts during one launch (besides instructions by class and mnemonic);
+/// the emulator counts them all (`tilegen_emu::exec::Stats` indexes by them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Counter {
     /// Matrix instructions executed.
@@ -25,8 +26,11 @@ pub enum Counter {
 }
 
 impl Counter {
+    /// How many counters there are.
+    pub const COUNT: usize = 7;
+
     /// Every counter, in report order (the index of [`Counters`]).
-    pub const ALL: [Counter; 7] = [
+    pub const ALL: [Counter; Counter::COUNT] = [
         Counter::Mfma,
         Counter::MfmaOps,
         Counter::Workgroups,
@@ -57,7 +61,7 @@ impl Counter {
 
 /// One value per [`Counter`], indexed by it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters([u64; Counter::ALL.len()]);
+pub struct Counters([u64; Counter::COUNT]);
 
 impl Counters {
     /// Every counter with its value, in report order.

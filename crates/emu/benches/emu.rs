@@ -9,7 +9,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tilegen_emu::exec::fp::{BF8_E5M2, FP4_E2M1, FP8_E4M3};
 use tilegen_emu::exec::mfma::{self, BlockScales, DenseInput, DenseShape, F8f6f4Shape, Vgpr};
-use tilegen_emu::exec::{DeviceMemory, Emulator, KernelSetup};
+use tilegen_emu::exec::{Counter, DeviceMemory, Emulator, KernelSetup};
 
 /// Deterministic register contents (an xorshift stream) so every run does the same work.
 fn regs(n: usize, seed: u64) -> Vec<Vgpr> {
@@ -117,7 +117,7 @@ fn launches(c: &mut Criterion) {
     g.bench_function("1024_scaled_fp4_32x32x64_mfmas", |bench| {
         bench.iter(|| {
             let s = emu.launch(&prog, [64, 1, 1], [64, 1, 1], &[], 0).unwrap();
-            assert_eq!(s.mfma, 1024);
+            assert_eq!(s[Counter::Mfma], 1024);
         })
     });
 

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tilegen_codeobj::CodeObject;
 use tilegen_device::{
-    Counter, Counters, Device, DeviceId, DevicePtr, Fault, LaunchConfig, LaunchReport, LaunchStats,
-    Module, RuntimeError, Signal,
+    Device, DeviceId, DevicePtr, Fault, LaunchConfig, LaunchReport, LaunchStats, Module,
+    RuntimeError, Signal,
 };
 use tilegen_emu::exec::launch::{EmuConfig, Emulator};
 use tilegen_emu::exec::memory::DeviceMemory;
@@ -105,25 +105,8 @@ pub fn launch_stats(s: &Stats) -> LaunchStats {
     LaunchStats::new(
         InstClass::ALL.iter().map(|c| (c.name(), s.class(*c))),
         s.by_opcode.iter().map(|(k, v)| (*k, *v)),
-        counters(s),
+        s.counters,
     )
-}
-
-/// The emulator's counters under the device's counter names.
-fn counters(s: &Stats) -> Counters {
-    let mut c = Counters::default();
-    for counter in Counter::ALL {
-        c[counter] = match counter {
-            Counter::Mfma => s.mfma,
-            Counter::MfmaOps => s.mfma_ops,
-            Counter::Workgroups => s.workgroups,
-            Counter::Waves => s.waves,
-            Counter::LdsOutOfRange => s.lds_out_of_range,
-            Counter::BufferOutOfRange => s.buffer_out_of_range,
-            Counter::LdsBankConflictCycles => s.lds_bank_conflict_cycles,
-        };
-    }
-    c
 }
 
 /// The emulator's fault as a runtime error: cancellation and limits keep their own variants,

@@ -21,7 +21,7 @@ use tilegen_emu::exec::launch::{Workgroup, prepare_workgroup, wave_fault};
 use tilegen_emu::exec::memory::{DeviceMemory, Lds};
 use tilegen_emu::exec::program::Program;
 use tilegen_emu::exec::sched::Step;
-use tilegen_emu::exec::stats::Stats;
+use tilegen_emu::exec::stats::{Counter, Stats};
 use tilegen_emu::exec::wave::Wave;
 
 use crate::TimingError;
@@ -311,7 +311,7 @@ fn execute(wg: &mut Wg, w: usize, ctx: &mut Ctx<'_>) -> Result<Executed, TimingE
     let slot = ctx.prog.slot(pc).map(|(s, _)| s).unwrap_or(usize::MAX);
     let lanes = wave.exec().count_ones() as u64;
     ctx.probe.vmem.valid = false;
-    let conflicts_before = ctx.stats.lds_bank_conflict_cycles;
+    let conflicts_before = ctx.stats[Counter::LdsBankConflictCycles];
     let mut env = Env {
         prog: ctx.prog,
         mem: ctx.device,
@@ -326,7 +326,7 @@ fn execute(wg: &mut Wg, w: usize, ctx: &mut Ctx<'_>) -> Result<Executed, TimingE
         new_pc: wave.pc,
         slot,
         lanes,
-        lds_conflicts: ctx.stats.lds_bank_conflict_cycles - conflicts_before,
+        lds_conflicts: ctx.stats[Counter::LdsBankConflictCycles] - conflicts_before,
     })
 }
 

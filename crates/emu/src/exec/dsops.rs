@@ -13,6 +13,7 @@ use super::interp::Env;
 use super::memory::Lds;
 use super::mfma::Vgpr;
 use super::operands::{read_v32, vreg, write_v32};
+use super::stats::Counter;
 use super::wave::Wave;
 use crate::isa::{Inst, Opcode, Role, ValueType};
 
@@ -251,12 +252,12 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<
         && let Ok(a) = read_v32(w, i.operand(Role::Addr), ValueType::B32)
     {
         let off = i.mem.offset as u16 as u64;
-        env.stats.lds_bank_conflict_cycles +=
+        env.stats[Counter::LdsBankConflictCycles] +=
             super::ds::lds_conflict_cycles(|l| a[l] as u64 + off, exec, bytes);
     }
     let before = lds.out_of_range;
     let r = exec_inner(w, lds, i, exec);
-    env.stats.lds_out_of_range += lds.out_of_range - before;
+    env.stats[Counter::LdsOutOfRange] += lds.out_of_range - before;
     let _ = ValueType::B32;
     r
 }
@@ -588,6 +589,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
 
 #[cfg(test)]
 mod tests {
+    use crate::exec::stats::Counter;
     use crate::exec::testutil::Harness;
 
     #[test]
@@ -661,7 +663,7 @@ mod tests {
         h.run().unwrap();
         assert_eq!(h.v(2), [0; 64]);
         assert!(h.lds.bytes().iter().all(|&b| b == 0));
-        assert_eq!(h.stats.lds_out_of_range, 128);
+        assert_eq!(h.stats[Counter::LdsOutOfRange], 128);
     }
 
     /// Checked against AMD's hardware-validated map for tr_b16 (see `ds::transpose`).

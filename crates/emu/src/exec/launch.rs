@@ -10,7 +10,7 @@ use super::memory::{DeviceMemory, LDS_GRANULE, LDS_MAX, Lds, Scratch};
 use super::program::{LoadError, Program};
 use super::sched::{self, Budget};
 use super::setup::{DispatchState, KernelSetup, init_wave};
-use super::stats::Stats;
+use super::stats::{Counter, Stats};
 use super::wave::Wave;
 
 /// Emulator settings.
@@ -537,11 +537,9 @@ fn run_workgroup(
     // A faulted workgroup leaves its counts behind; start from zero.
     counts.clear();
     counts.resize(prog.instruction_count(), 0);
-    let mut stats = Stats {
-        workgroups: 1,
-        waves: wg.waves as u64,
-        ..Stats::default()
-    };
+    let mut stats = Stats::default();
+    stats[Counter::Workgroups] = 1;
+    stats[Counter::Waves] = wg.waves as u64;
     let mut env = Env {
         prog,
         mem,
@@ -696,7 +694,7 @@ mod tests {
                     }
                 }
             }
-            assert_eq!((stats.workgroups, stats.waves), (6, 12));
+            assert_eq!((stats[Counter::Workgroups], stats[Counter::Waves]), (6, 12));
             // 22 instructions per wave (the listing above).
             assert_eq!(stats.instructions(), 12 * 22);
             assert_eq!(stats.by_opcode.get("s_barrier"), Some(&12));
@@ -880,7 +878,7 @@ mod tests {
         let stats = emu
             .launch(&prog, [1 << 19, 1, 1], [64, 1, 1], &[0; 8], 0)
             .unwrap();
-        assert_eq!(stats.workgroups, 1 << 19);
+        assert_eq!(stats[Counter::Workgroups], 1 << 19);
         assert_eq!(control.progress(), (1 << 19, 1 << 19));
     }
 

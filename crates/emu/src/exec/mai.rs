@@ -9,6 +9,7 @@ use super::fp;
 use super::interp::Env;
 use super::mfma::{self, BlockScales, DenseInput, DenseShape, F8f6f4Shape, Vgpr};
 use super::operands::{read_s32, read_v32, vindex, vreg, write_v32};
+use super::stats::Counter;
 use super::wave::Wave;
 use crate::isa::{Inst, Opcode, Operand, Role, ValueType};
 
@@ -105,7 +106,7 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<(), FaultKind> 
         _ if env.probe.as_ref().is_some_and(|p| p.skip_mfma_math) => {
             // A timing model asked for the control flow only: the accumulators keep their
             // values (see `interp::Probe`).
-            env.stats.mfma += 1;
+            env.stats[Counter::Mfma] += 1;
             Ok(())
         }
         V_MFMA_F32_16X16X128_F8F6F4
@@ -145,8 +146,8 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<(), FaultKind> 
                 mfma::f8f6f4(shape, &a_fmt, &b_fmt, &a, &b, None, &mut acc)?;
             }
             store_d(w, i, &acc)?;
-            env.stats.mfma += 1;
-            env.stats.mfma_ops += 2 * (shape.dim() * shape.dim() * shape.k()) as u64;
+            env.stats[Counter::Mfma] += 1;
+            env.stats[Counter::MfmaOps] += 2 * (shape.dim() * shape.dim() * shape.k()) as u64;
             Ok(())
         }
         op => {
@@ -164,8 +165,8 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, i: &Inst) -> Result<(), FaultKind> 
             let mut acc = load_c(w, i, shape.acc_regs())?;
             mfma::dense(&shape, &a, &b, &mut acc)?;
             store_d(w, i, &acc)?;
-            env.stats.mfma += 1;
-            env.stats.mfma_ops += 2 * (shape.dim * shape.dim * shape.k) as u64;
+            env.stats[Counter::Mfma] += 1;
+            env.stats[Counter::MfmaOps] += 2 * (shape.dim * shape.dim * shape.k) as u64;
             Ok(())
         }
     }

@@ -39,6 +39,6 @@ pub use limits::{LaunchControl, LimitError, Limits};
 pub use memory::{AllocError, DeviceMemory, MemFault};
 pub use program::{LoadError, Program};
 pub use setup::KernelSetup;
-pub use stats::{InstClass, Stats};
+pub use stats::{Counter, Counters, InstClass, Stats};
 #[cfg(test)]
 pub(crate) mod testutil;

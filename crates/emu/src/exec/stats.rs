@@ -2,6 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::{Index, IndexMut};
+
+// The counters' one home is the device crate, whose launch reports name them; the emulator
+// counts them.
+pub use tilegen_device::{Counter, Counters};
 
 /// Coarse instruction classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,28 +73,16 @@ impl InstClass {
     }
 }
 
-/// Counters of one launch (or a merge of several).
+/// Counters of one launch (or a merge of several). Indexes by [`Counter`]
+/// (`stats[Counter::Mfma] += 1`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Wave-instructions executed, by class (indexed like [`InstClass::ALL`]).
     pub by_class: [u64; 12],
     /// Wave-instructions executed, by mnemonic.
     pub by_opcode: BTreeMap<&'static str, u64>,
-    /// Matrix instructions executed (also in `by_class`).
-    pub mfma: u64,
-    /// Floating/integer operations done by matrix instructions (2 M N K each).
-    pub mfma_ops: u64,
-    /// Workgroups run.
-    pub workgroups: u64,
-    /// Waves run.
-    pub waves: u64,
-    /// DS accesses that touched bytes outside the workgroup's LDS (read 0 / dropped).
-    pub lds_out_of_range: u64,
-    /// Buffer lane-accesses that failed the range check (read 0 / dropped).
-    pub buffer_out_of_range: u64,
-    /// Clocks single-address DS reads and writes lost to LDS bank conflicts (passes of 256
-    /// bytes; see `ds::lds_conflict_cycles`).
-    pub lds_bank_conflict_cycles: u64,
+    /// The other counters.
+    pub counters: Counters,
 }
 
 impl Stats {
@@ -118,13 +111,21 @@ impl Stats {
         for (k, v) in &other.by_opcode {
             *self.by_opcode.entry(k).or_insert(0) += v;
         }
-        self.mfma += other.mfma;
-        self.mfma_ops += other.mfma_ops;
-        self.workgroups += other.workgroups;
-        self.waves += other.waves;
-        self.lds_out_of_range += other.lds_out_of_range;
-        self.buffer_out_of_range += other.buffer_out_of_range;
-        self.lds_bank_conflict_cycles += other.lds_bank_conflict_cycles;
+        self.counters.add(&other.counters);
+    }
+}
+
+impl Index<Counter> for Stats {
+    type Output = u64;
+
+    fn index(&self, c: Counter) -> &u64 {
+        &self.counters[c]
+    }
+}
+
+impl IndexMut<Counter> for Stats {
+    fn index_mut(&mut self, c: Counter) -> &mut u64 {
+        &mut self.counters[c]
     }
 }
 
@@ -133,8 +134,8 @@ impl fmt::Display for Stats {
         writeln!(
             f,
             "{} workgroups, {} waves, {} wave-instructions",
-            self.workgroups,
-            self.waves,
+            self[Counter::Workgroups],
+            self[Counter::Waves],
             self.instructions()
         )?;
         for c in InstClass::ALL {
@@ -143,12 +144,15 @@ impl fmt::Display for Stats {
                 writeln!(f, "  {:<12} {n}", c.name())?;
             }
         }
-        writeln!(f, "  mfma ops     {}", self.mfma_ops)?;
-        if self.lds_out_of_range + self.buffer_out_of_range > 0 {
+        writeln!(f, "  mfma ops     {}", self[Counter::MfmaOps])?;
+        let (lds, buffer) = (
+            self[Counter::LdsOutOfRange],
+            self[Counter::BufferOutOfRange],
+        );
+        if lds + buffer > 0 {
             writeln!(
                 f,
-                "  out of range: {} LDS accesses, {} buffer lanes",
-                self.lds_out_of_range, self.buffer_out_of_range
+                "  out of range: {lds} LDS accesses, {buffer} buffer lanes"
             )?;
         }
         let mut ops: Vec<_> = self.by_opcode.iter().collect();
@@ -172,12 +176,12 @@ mod tests {
         a.count(InstClass::Salu, "s_add_u32");
         let mut b = Stats::default();
         b.count(InstClass::Salu, "s_add_u32");
-        b.workgroups = 2;
+        b[Counter::Workgroups] = 2;
         a.merge(&b);
         assert_eq!(a.instructions(), 4);
         assert_eq!(a.class(InstClass::Salu), 3);
         assert_eq!(a.by_opcode["s_add_u32"], 3);
-        assert_eq!(a.workgroups, 2);
+        assert_eq!(a[Counter::Workgroups], 2);
         let text = a.to_string();
         assert!(
             text.contains("salu") && text.contains("s_add_u32"),

@@ -21,7 +21,7 @@ use super::interp::Env;
 use super::memory::{APERTURE_SIZE, Lds, PRIVATE_APERTURE, SHARED_APERTURE};
 use super::mfma::Vgpr;
 use super::operands::{read_s32, read_s64, read_sregs, read_v32, read_v64, vreg, write_v32};
-use super::stats::InstClass;
+use super::stats::{Counter, InstClass};
 use super::wave::Wave;
 use crate::isa::{Encoding, Inst, Opcode, Operand, Role, ValueType};
 
@@ -424,7 +424,7 @@ pub fn exec(env: &mut Env<'_>, w: &mut Wave, lds: &mut Lds, i: &Inst) -> Result<
                     la.elems_in_range
                 };
                 if in_range[l] < n {
-                    env.stats.buffer_out_of_range += 1;
+                    env.stats[Counter::BufferOutOfRange] += 1;
                 }
                 targets[l] = if in_range[l] == 0 {
                     Target::Dropped
