@@ -29,7 +29,7 @@ pub mod sreg {
 }
 
 /// Index of the first accumulation register in [`Wave::vgpr`]: AGPR `a[i]` is `vgpr[256 + i]`.
-pub const AGPR_BASE: usize = 256;
+pub const AGPR_BASE: usize = tilegen_arch::MAX_ARCH_VGPRS as usize;
 
 /// Scheduling state of a wave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl Wave {
         Wave {
             sgpr: [0; sreg::COUNT],
             scc: false,
-            vgpr: vec![[0; 64]; 512],
+            vgpr: vec![[0; 64]; tilegen_arch::MAX_UNIFIED_VGPRS as usize],
             pc: 0,
             status: WaveStatus::Ready,
             id,
@@ -88,7 +88,11 @@ impl Wave {
         Ok(Wave {
             sgpr: [0; sreg::COUNT],
             scc: false,
-            vgpr: try_filled(512, [0; 64], "a wave's registers")?,
+            vgpr: try_filled(
+                tilegen_arch::MAX_UNIFIED_VGPRS as usize,
+                [0; 64],
+                "a wave's registers",
+            )?,
             pc: 0,
             status: WaveStatus::Ready,
             id,

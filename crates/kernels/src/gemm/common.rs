@@ -8,6 +8,7 @@ use tilegen_dsl::{
 use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
 use super::spec::{Common, LdsBuffer, OutDtype};
+use crate::tile::atom::SCALE_BLOCK;
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::stage::{Threads, swizzle_for_rows};
 
@@ -67,7 +68,7 @@ pub struct Ctx<'k, 'ctx> {
     pub kdim: Int<'k, 'ctx>,
     /// Bytes per row of A/B (K / 2).
     pub kb: Int<'k, 'ctx>,
-    /// Scales per row (K / 32).
+    /// Scales per row (K / [`SCALE_BLOCK`]).
     pub ks: Int<'k, 'ctx>,
 }
 
@@ -98,7 +99,7 @@ impl<'k, 'ctx> Ctx<'k, 'ctx> {
         // tid / 64 is the same for every lane of a wave; say so, so it lives in an SGPR.
         let wave = k.readfirstlane(tid / 64)?;
         // The same values, in the same order, as before `Threads` was split out.
-        let (kb, ks) = (kdim / 2, kdim / 32);
+        let (kb, ks) = (kdim / 2, kdim / SCALE_BLOCK);
         Ok(Ctx {
             threads: Threads {
                 k,

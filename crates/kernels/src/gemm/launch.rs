@@ -4,7 +4,7 @@
 use tilegen_device::{
     ArgValue, Buffer, Device, DevicePtr, LaunchConfig, LaunchReport, Module, RuntimeError,
 };
-use tilegen_mx::{Comparison, ElementDiff, MxError, MxMatrix, Reference, Shuffler};
+use tilegen_mx::{Comparison, ElementDiff, MX_BLOCK, MxError, MxMatrix, Reference, Shuffler};
 
 use super::kernel::CompiledKernel;
 use super::spec::{KernelSpec, OutDtype, Variant};
@@ -171,7 +171,7 @@ pub fn check_problem(m: usize, n: usize, k: usize, out_bytes: usize) -> Result<(
         ("A", m * k / 2),
         ("B", n * k / 2),
         ("C", m * n * out_bytes as u128),
-        ("scales", (m.max(n) + 31) * k / 32),
+        ("scales", (m.max(n) + 31) * k / MX_BLOCK as u128),
     ] {
         if bytes > limit {
             return fail(format!(
@@ -280,10 +280,10 @@ impl GemmInputs {
                 let s = Shuffler::new(1)?;
                 let mut bp = vec![0u8; n * k / 2];
                 s.preshuffle_b_5d(n, k / 2, b.data(), &mut bp)?;
-                let mut sa = vec![0u8; s.scale_len(m, k / 32)?];
-                s.preshuffle_scale_4d(m, k / 32, a.scales(), &mut sa)?;
-                let mut sb = vec![0u8; s.scale_len(n, k / 32)?];
-                s.preshuffle_scale_4d(n, k / 32, b.scales(), &mut sb)?;
+                let mut sa = vec![0u8; s.scale_len(m, k / MX_BLOCK)?];
+                s.preshuffle_scale_4d(m, k / MX_BLOCK, a.scales(), &mut sa)?;
+                let mut sb = vec![0u8; s.scale_len(n, k / MX_BLOCK)?];
+                s.preshuffle_scale_4d(n, k / MX_BLOCK, b.scales(), &mut sb)?;
                 (a.data().to_vec(), bp, sa, sb)
             }
         };
@@ -341,10 +341,10 @@ impl CompiledKernel {
     ) -> Result<GemmBufferSizes, LaunchError> {
         self.spec.check_problem(m, n, k)?;
         let (sfa, sfb) = match self.spec.variant() {
-            Variant::Lds => (m * k / 32, n * k / 32),
+            Variant::Lds => (m * k / MX_BLOCK, n * k / MX_BLOCK),
             Variant::Preb => {
                 let s = Shuffler::new(1)?;
-                (s.scale_len(m, k / 32)?, s.scale_len(n, k / 32)?)
+                (s.scale_len(m, k / MX_BLOCK)?, s.scale_len(n, k / MX_BLOCK)?)
             }
         };
         Ok(GemmBufferSizes {

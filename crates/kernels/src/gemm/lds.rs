@@ -8,7 +8,7 @@ use tilegen_layout::{Coord, Idx, Layout, SwizzleChain};
 
 use super::common::{self, Ctx};
 use super::spec::LdsSpec;
-use crate::tile::atom::ScaleSel;
+use crate::tile::atom::{SCALE_BLOCK, ScaleSel};
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::stage;
 
@@ -57,7 +57,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
                 .swizzled(sw)?
                 .tile(&[wave_rows, cols], &[wave.idx(), Idx::Static(0)])
         };
-        let srow = step_elems / 32;
+        let srow = step_elems / SCALE_BLOCK;
         let sw = common::operand_swizzle(spec, step_elems / 2)?;
         let none = SwizzleChain::identity();
         Ok([
@@ -74,7 +74,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
     let stage =
         |k0: Int<'k, 'ctx>, step_elems: i64, frags: &[TileTensor<'k, 'ctx>; 4]| -> Result<()> {
             let row_bytes = step_elems / 2;
-            let srow = step_elems / 32;
+            let srow = step_elems / SCALE_BLOCK;
             let sw = common::operand_swizzle(spec, row_bytes)?;
             let pa = stage::stage_tile(
                 &cx,
@@ -102,8 +102,26 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
             )?;
             stage::commit_tile(&cx, &a_lds, pa)?;
             stage::commit_tile(&cx, &b_lds, pb)?;
-            stage::stage_scales(&cx, &sfa, &sa_global, m0, k0 / 32, &sa_lds, bm, srow)?;
-            stage::stage_scales(&cx, &sfb, &sb_global, n0, k0 / 32, &sb_lds, bn, srow)?;
+            stage::stage_scales(
+                &cx,
+                &sfa,
+                &sa_global,
+                m0,
+                k0 / SCALE_BLOCK,
+                &sa_lds,
+                bm,
+                srow,
+            )?;
+            stage::stage_scales(
+                &cx,
+                &sfb,
+                &sb_global,
+                n0,
+                k0 / SCALE_BLOCK,
+                &sb_lds,
+                bn,
+                srow,
+            )?;
             k.barrier()?;
             let [a_frag, b_frag, sa_frag, sb_frag] = frags;
             for kk in 0..step_elems / shape.k() as i64 {

@@ -890,8 +890,8 @@ impl KernelSpec {
             KernelSpec::Lds(_) => vec![
                 buf("a_tile", bm * bk / 2),
                 buf("b_tile", bn * bk / 2),
-                buf("a_scales", bm * bk / 32),
-                buf("b_scales", bn * bk / 32),
+                buf("a_scales", bm * bk / u64::from(tilegen_arch::MX_BLOCK)),
+                buf("b_scales", bn * bk / u64::from(tilegen_arch::MX_BLOCK)),
             ],
         }
     }

@@ -16,7 +16,7 @@ use tilegen_layout::{Coord, Idx, Layout};
 use crate::gemm::PrebSpec;
 use crate::gemm::common;
 use crate::gemm::preb::{AOperand, Mainloop};
-use crate::tile::atom::ScaleSel;
+use crate::tile::atom::{SCALE_BLOCK, ScaleSel};
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::scales::ScaleFragments;
 use crate::tile::stage::{PendingWrites, Threads};
@@ -175,7 +175,7 @@ impl<'k, 'ctx> GatheredA<'k, 'ctx> {
             });
         }
         let kb = kdim / 2;
-        let ks = kdim / 32;
+        let ks = kdim / SCALE_BLOCK;
         let global = Layout::new((tokens.idx(), kb.idx()), (kb.idx(), Idx::Static(1)))?;
         // Scales: (token, (4, ks / 4)) row-major bytes, split at dwords.
         let scale_layout = Layout::new(

@@ -18,6 +18,7 @@ use tilegen_mx::Shuffler;
 use super::gather::{GatheredA, SortedRows, token_of};
 use super::spec::{Activation, MoeSpec, Stage};
 use crate::gemm::preb::{self, Mainloop, RowsA};
+use crate::tile::atom::SCALE_BLOCK;
 use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::scales::Scales;
 use crate::tile::stage::Threads;
@@ -289,7 +290,7 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
     let rows = k.i32_arg(p.rows)?;
     let n = k.i32_arg(p.n)?;
     let kdim = k.i32_arg(p.k)?;
-    let (kb, ks) = (kdim / 2, kdim / 32);
+    let (kb, ks) = (kdim / 2, kdim / SCALE_BLOCK);
     let bm = tile.bm as i64;
     let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
     let blocks = rows / bm;
@@ -452,7 +453,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         let tile = self.spec.tile(Stage::GateUp);
         let (bm, bn) = (tile.bm as i64, tile.bn as i64);
         let half = bn / 2;
-        let per_row = half / 32;
+        let per_row = half / SCALE_BLOCK;
         let items = bm * per_row;
         let threads = self.th.warps * 64;
         // Item q is block q % per_row of row q / per_row: neighbours write neighbouring bytes.
@@ -468,7 +469,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         // `(row, block)` of 16-byte blocks, and their scales in the Shuffler's 4D layout over
         // the rows padded to 32; the workgroup writes its `[BM, BN / 64]` tile of both.
         let n_out = self.n / 2;
-        let blocks = n_out / 32;
+        let blocks = n_out / SCALE_BLOCK;
         let out_view = TileTensor::new(
             k,
             Storage::Global(out),
@@ -503,10 +504,10 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                     }
                 };
                 let block = words
-                    .tile(&[32, 1], &[blk.clone(), row.clone()])?
+                    .tile(&[SCALE_BLOCK, 1], &[blk.clone(), row.clone()])?
                     .load_values(&[0])?;
                 let vals: Vec<Int<'k, 'ctx>> = k
-                    .split(block, 32)?
+                    .split(block, tilegen_arch::MX_BLOCK)?
                     .into_iter()
                     .map(|v| k.bitcast(v, Ty::I32)?.int(k))
                     .collect::<Result<_>>()?;
@@ -637,7 +638,7 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     let rows = k.i32_arg(p.rows)?;
     let n = k.i32_arg(p.n)?;
     let kdim = k.i32_arg(p.k)?;
-    let (kb, ks) = (kdim / 2, kdim / 32);
+    let (kb, ks) = (kdim / 2, kdim / SCALE_BLOCK);
     let bm = tile.bm as i64;
     let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
     let blocks = rows / bm;

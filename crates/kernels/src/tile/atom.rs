@@ -16,11 +16,11 @@ use tilegen_dsl::{
 };
 use tilegen_layout::Layout;
 
-/// K elements that share one E8M0 scale.
-pub const SCALE_BLOCK: i64 = 32;
+/// K elements that share one E8M0 scale: [`tilegen_arch::MX_BLOCK`] as the layouts' integer.
+pub const SCALE_BLOCK: i64 = tilegen_arch::MX_BLOCK as i64;
 
 /// Lanes per wave.
-const LANES: i64 = 64;
+const LANES: i64 = tilegen_arch::WAVE_SIZE as i64;
 
 /// `(lane, v) -> i + MN k` of an operand whose lane holds `values` K-contiguous elements.
 fn contiguous_operand(mn: i64, values: i64) -> Layout {
