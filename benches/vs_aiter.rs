@@ -254,7 +254,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
             }))))
         })
         .collect();
-    let cus = (params.gpu.xcds.count() * params.gpu.cus_per_xcd.count()) as u32;
+    let cus = tilegen_arch::COMPUTE_UNITS;
     let opts = SweepOptions {
         eval: EvalSettings {
             by: By::Model,

@@ -2,7 +2,9 @@
 //! effect to the model.
 //!
 //! Parameter sources in `params.toml` cite the sections below as "tilegen-timing docs,
-//! *Section*" (this file, `crates/timing/src/docs.rs`). A fact marked *derived, unconfirmed*
+//! *Section*" (this file, `crates/timing/src/docs.rs`). The facts of the machine's size and
+//! per-CU limits, which are no timing parameters, live in `tilegen_arch` with their sources
+//! (Occupancy and dispatch below restates them for the reader); the model reads them there. A fact marked *derived, unconfirmed*
 //! is an inference from published numbers that no document states. One pass is 4 clocks of a
 //! SIMD (LLVM's unit for matrix instructions).
 //!
@@ -49,11 +51,13 @@
 //!   copy 5.30 TB/s (ROCm/rocm-systems pull requests 3837 and 8480).
 //!
 //! # Occupancy and dispatch
+//! The facts of this section are `tilegen_arch`'s constants, which [`CuLimits::GFX950`](crate::CuLimits::GFX950)
+//! gathers for the occupancy; the sources are there.
 //! - Up to 8 waves per SIMD; one unified file of 512 registers per lane allocated in granules
-//!   of 8: waves per SIMD = min(8, 512 / align8(align4(VGPRs) + AGPRs)). LDS is allocated in
-//!   1,280-byte granules; a workgroup has at most 1,024 work-items; at most 16 workgroups with
-//!   barriers are resident per CU. (LLVM `AMDGPUBaseInfo.cpp`; rocprofiler-compute's gfx950
-//!   configuration)
+//!   of 8: waves per SIMD = min(8, 512 / align8(align4(VGPRs) + AGPRs)); 800 SGPRs per SIMD in
+//!   granules of 16, 6 more per wave for VCC, flat scratch and XNACK. LDS is 160 KB per CU,
+//!   allocated in 1,280-byte granules; a workgroup has at most 1,024 work-items; at most 16
+//!   workgroups with barriers and 32 in all are resident per CU.
 //! - 256 CUs in 8 XCDs of 32; workgroup `i` of a dispatch goes to XCD `i mod 8`.
 //!
 //! # Clocks and published results
@@ -73,7 +77,9 @@
 //!
 //! 1. **The fact.** Find the document that states it (LLVM's scheduling model or hazard
 //!    recognizer, AMD's ISA guide, a published measurement) and add it to the facts above
-//!    if it is not there, with its source.
+//!    if it is not there, with its source. A fact of the machine's size or of what a CU holds
+//!    is no timing parameter: it goes into `tilegen_arch` (`crates/arch/src/lib.rs`), and the
+//!    model reads it from there (step 2 does not apply).
 //! 2. **The parameter.** An entry `{ value, source }` in `params.toml` whose source cites
 //!    that document (or this module's section), the field in its typed table
 //!    (`params.rs`), and its bound in `BOUNDS` there, the one home of the bounds: reading,

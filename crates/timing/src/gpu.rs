@@ -14,7 +14,6 @@ use tilegen_emu::isa::Opcode;
 use crate::TimingError;
 use crate::cu::{Ctx, Cu, Finished};
 use crate::mem::MemoryReport;
-use crate::params::Params;
 use crate::reason::{PerReason, Reason};
 use crate::trace::{Trace, TraceBuf, TraceOptions};
 
@@ -84,86 +83,131 @@ pub(crate) fn uses_mfma(prog: &Program) -> bool {
     })
 }
 
-/// The occupancy of `prog` launched with `block` work-items and `dynamic_lds` bytes (`p` is
-/// validated first).
+/// The occupancy of `prog` on a gfx950 CU launched with `block` work-items and `dynamic_lds`
+/// bytes.
 pub fn occupancy(
     prog: &Program,
     block: [u32; 3],
     dynamic_lds: u32,
-    p: &Params,
 ) -> Result<Occupancy, TimingError> {
-    p.validate()?;
-    occupancy_of(prog, block, dynamic_lds, p)
+    CuLimits::GFX950.occupancy(prog, block, dynamic_lds)
 }
 
-/// [`occupancy`] under parameters already validated.
-pub(crate) fn occupancy_of(
-    prog: &Program,
-    block: [u32; 3],
-    dynamic_lds: u32,
-    p: &Params,
-) -> Result<Occupancy, TimingError> {
-    let kd = &prog.setup().descriptor;
-    let g = &p.gpu;
-    let threads: u64 = block.iter().map(|&b| b as u64).product();
-    let waves = threads.div_ceil(64).max(1) as u32;
-    let align = |v: u64, a: u64| v.div_ceil(a.max(1)) * a.max(1);
-    let vgprs = align(kd.allocated_vgprs() as u64, g.vgpr_granule.count()) as u32;
-    let sgprs = align(
-        ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + g.sgpr_extra.count(),
-        g.sgpr_granule.count(),
-    ) as u32;
-    let lds = align(
-        kd.group_segment_fixed_size as u64 + dynamic_lds as u64,
-        g.lds_granule_bytes.count(),
-    );
-    let max_waves = g.max_waves_per_simd.count();
-    let by_vgpr = g.vgprs_per_lane.count() / vgprs.max(1) as u64;
-    let by_sgpr = g.sgprs_per_simd.count() / sgprs.max(1) as u64;
-    let mut waves_per_simd = max_waves;
-    let mut limiter = Limiter::Waves;
-    if by_vgpr < waves_per_simd {
-        waves_per_simd = by_vgpr;
-        limiter = Limiter::Vgprs;
-    }
-    if by_sgpr < waves_per_simd {
-        waves_per_simd = by_sgpr;
-        limiter = Limiter::Sgprs;
-    }
-    let simds = g.simds_per_cu.positive().get();
-    let per_simd_needed = (waves as u64).div_ceil(simds);
-    let mut wgs = if per_simd_needed > waves_per_simd {
-        0
-    } else {
-        waves_per_simd * simds / waves as u64
+/// What one CU holds, the limits occupancy is computed against. They are facts of the
+/// machine, not timing parameters: [`CuLimits::GFX950`] reads them from `tilegen_arch`, and
+/// the model predicts with it; another value shows what a limit gfx950 never reaches does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuLimits {
+    /// SIMDs per CU.
+    pub simds: u32,
+    /// Wave slots per SIMD.
+    pub waves_per_simd: u32,
+    /// Unified VGPR+AGPR registers per lane and SIMD.
+    pub vgprs_per_lane: u32,
+    /// VGPR allocation granule.
+    pub vgpr_granule: u32,
+    /// SGPRs per SIMD.
+    pub sgprs_per_simd: u32,
+    /// SGPR allocation granule.
+    pub sgpr_granule: u32,
+    /// SGPRs a wave holds beyond the descriptor's count (VCC, flat scratch, XNACK).
+    pub extra_sgprs: u32,
+    /// LDS bytes per CU.
+    pub lds_bytes: u32,
+    /// LDS allocation granule in bytes.
+    pub lds_granule_bytes: u32,
+    /// Resident workgroups per CU.
+    pub workgroups: u32,
+    /// Resident workgroups with barriers (more than one wave) per CU.
+    pub barrier_workgroups: u32,
+}
+
+impl CuLimits {
+    /// A gfx950 CU.
+    pub const GFX950: CuLimits = CuLimits {
+        simds: tilegen_arch::SIMDS_PER_CU,
+        waves_per_simd: tilegen_arch::MAX_WAVES_PER_SIMD,
+        vgprs_per_lane: tilegen_arch::MAX_UNIFIED_VGPRS,
+        vgpr_granule: tilegen_arch::VGPR_ALLOC_GRANULE,
+        sgprs_per_simd: tilegen_arch::SGPRS_PER_SIMD,
+        sgpr_granule: tilegen_arch::SGPR_ALLOC_GRANULE,
+        extra_sgprs: tilegen_arch::EXTRA_SGPRS,
+        lds_bytes: tilegen_arch::LDS_BYTES_PER_CU,
+        lds_granule_bytes: tilegen_arch::LDS_GRANULE_BYTES,
+        workgroups: tilegen_arch::MAX_WORKGROUPS_PER_CU,
+        barrier_workgroups: tilegen_arch::MAX_BARRIER_WORKGROUPS_PER_CU,
     };
-    let mut cap = |v: u64, l: Limiter| {
-        if v < wgs {
-            wgs = v;
-            limiter = l;
+
+    /// The occupancy of `prog` on this CU launched with `block` work-items and `dynamic_lds`
+    /// bytes.
+    pub fn occupancy(
+        &self,
+        prog: &Program,
+        block: [u32; 3],
+        dynamic_lds: u32,
+    ) -> Result<Occupancy, TimingError> {
+        let kd = &prog.setup().descriptor;
+        let g = self;
+        let threads: u64 = block.iter().map(|&b| b as u64).product();
+        let waves = threads.div_ceil(u64::from(tilegen_arch::WAVE_SIZE)).max(1) as u32;
+        let align = |v: u64, a: u32| v.div_ceil(u64::from(a.max(1))) * u64::from(a.max(1));
+        let vgprs = align(kd.allocated_vgprs() as u64, g.vgpr_granule) as u32;
+        let sgprs = align(
+            ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + u64::from(g.extra_sgprs),
+            g.sgpr_granule,
+        ) as u32;
+        let lds = align(
+            kd.group_segment_fixed_size as u64 + dynamic_lds as u64,
+            g.lds_granule_bytes,
+        );
+        let max_waves = u64::from(g.waves_per_simd);
+        let by_vgpr = u64::from(g.vgprs_per_lane) / vgprs.max(1) as u64;
+        let by_sgpr = u64::from(g.sgprs_per_simd) / sgprs.max(1) as u64;
+        let mut waves_per_simd = max_waves;
+        let mut limiter = Limiter::Waves;
+        if by_vgpr < waves_per_simd {
+            waves_per_simd = by_vgpr;
+            limiter = Limiter::Vgprs;
         }
-    };
-    if let Some(by_lds) = g.lds_bytes_per_cu.count().checked_div(lds) {
-        cap(by_lds, Limiter::Lds);
+        if by_sgpr < waves_per_simd {
+            waves_per_simd = by_sgpr;
+            limiter = Limiter::Sgprs;
+        }
+        let simds = u64::from(g.simds.max(1));
+        let per_simd_needed = (waves as u64).div_ceil(simds);
+        let mut wgs = if per_simd_needed > waves_per_simd {
+            0
+        } else {
+            waves_per_simd * simds / waves as u64
+        };
+        let mut cap = |v: u64, l: Limiter| {
+            if v < wgs {
+                wgs = v;
+                limiter = l;
+            }
+        };
+        if let Some(by_lds) = u64::from(g.lds_bytes).checked_div(lds) {
+            cap(by_lds, Limiter::Lds);
+        }
+        if waves > 1 && uses_barrier(prog) {
+            cap(u64::from(g.barrier_workgroups), Limiter::Barriers);
+        }
+        cap(u64::from(g.workgroups), Limiter::Workgroups);
+        if wgs == 0 {
+            return Err(TimingError::DoesNotFit(format!(
+                "a workgroup of {waves} waves with {vgprs} VGPRs, {sgprs} SGPRs and {lds} bytes of LDS does not fit on a CU (limited by {limiter:?})"
+            )));
+        }
+        Ok(Occupancy {
+            waves_per_workgroup: waves,
+            vgprs,
+            sgprs,
+            lds_bytes: lds as u32,
+            waves_per_simd: waves_per_simd as u32,
+            workgroups_per_cu: wgs as u32,
+            limiter,
+        })
     }
-    if waves > 1 && uses_barrier(prog) {
-        cap(g.max_barrier_workgroups_per_cu.count(), Limiter::Barriers);
-    }
-    cap(g.max_workgroups_per_cu.count(), Limiter::Workgroups);
-    if wgs == 0 {
-        return Err(TimingError::DoesNotFit(format!(
-            "a workgroup of {waves} waves with {vgprs} VGPRs, {sgprs} SGPRs and {lds} bytes of LDS does not fit on a CU (limited by {limiter:?})"
-        )));
-    }
-    Ok(Occupancy {
-        waves_per_workgroup: waves,
-        vgprs,
-        sgprs,
-        lds_bytes: lds as u32,
-        waves_per_simd: waves_per_simd as u32,
-        workgroups_per_cu: wgs as u32,
-        limiter,
-    })
 }
 
 /// How workgroups reach the simulated CUs.
@@ -423,14 +467,14 @@ mod tests {
 
     #[test]
     fn occupancy_limits() {
-        let p = Params::mi355x();
+        let p = CuLimits::GFX950;
         // 8 VGPRs, no LDS, one wave per workgroup: 8 waves per SIMD, 32 workgroups per CU.
         let (_m, k) = prog(0, 0, &[ENDPGM]);
-        let o = occupancy(&k, [64, 1, 1], 0, &p).unwrap();
+        let o = occupancy(&k, [64, 1, 1], 0).unwrap();
         assert_eq!((o.waves_per_simd, o.workgroups_per_cu), (8, 32));
         // 256 unified VGPRs: 2 waves per SIMD; 4-wave workgroups: 2 per CU.
         let (_m, k) = prog(31, 0, &[ENDPGM]);
-        let o = occupancy(&k, [256, 1, 1], 0, &p).unwrap();
+        let o = p.occupancy(&k, [256, 1, 1], 0).unwrap();
         assert_eq!(
             (o.vgprs, o.waves_per_simd, o.workgroups_per_cu),
             (256, 2, 2)
@@ -438,19 +482,23 @@ mod tests {
         assert_eq!(o.limiter, Limiter::Vgprs);
         // 64 KB of LDS (+1 byte of dynamic LDS rounds up a granule): 2 per CU.
         let (_m, k) = prog(0, 65536, &[ENDPGM]);
-        let o = occupancy(&k, [256, 1, 1], 1, &p).unwrap();
+        let o = p.occupancy(&k, [256, 1, 1], 1).unwrap();
         assert_eq!(
             (o.lds_bytes, o.workgroups_per_cu, o.limiter),
             (66560, 2, Limiter::Lds)
         );
-        // Barriers cap multi-wave workgroups at 16 per CU (binding once SIMDs hold more
-        // than 8 waves).
+        // Barriers cap multi-wave workgroups at 16 per CU and the CU holds 32 workgroups:
+        // binding once SIMDs hold more than 8 waves, which gfx950's do not.
         let (_m, k) = prog(0, 0, &[BARRIER, ENDPGM]);
-        let mut p16 = p.clone();
-        p16.gpu.max_waves_per_simd.value = 16.0;
-        let o = occupancy(&k, [128, 1, 1], 0, &p16).unwrap();
+        let o = p.occupancy(&k, [128, 1, 1], 0).unwrap();
+        assert_eq!((o.workgroups_per_cu, o.limiter), (16, Limiter::Waves));
+        let p16 = CuLimits {
+            waves_per_simd: 16,
+            ..p
+        };
+        let o = p16.occupancy(&k, [128, 1, 1], 0).unwrap();
         assert_eq!((o.workgroups_per_cu, o.limiter), (16, Limiter::Barriers));
-        let o = occupancy(&k, [64, 1, 1], 0, &p16).unwrap();
+        let o = p16.occupancy(&k, [64, 1, 1], 0).unwrap();
         assert_eq!(
             o.limiter,
             Limiter::Workgroups,
@@ -458,6 +506,6 @@ mod tests {
         );
         // 16 waves of 512 VGPRs do not fit.
         let (_m, k) = prog(63, 0, &[ENDPGM]);
-        assert!(occupancy(&k, [1024, 1, 1], 0, &p).is_err());
+        assert!(p.occupancy(&k, [1024, 1, 1], 0).is_err());
     }
 }

@@ -13,7 +13,7 @@ use crate::params::Params;
 
 /// Vector registers of a lane in a wave's ready-time table: v0-v255, then a0-a255 (gfx950's
 /// unified file).
-pub(crate) const VECTOR_REGS: u16 = 512;
+pub(crate) const VECTOR_REGS: u16 = tilegen_arch::MAX_UNIFIED_VGPRS as u16;
 /// Index of the first SGPR (by scalar operand code) in a wave's ready-time table.
 pub(crate) const SREG_BASE: u16 = VECTOR_REGS;
 /// Index of SCC in the ready-time table.

@@ -56,8 +56,10 @@
 //! (`inst.rs`) comes from the decoded instruction and the generated columns of the
 //! emulator's opcode tables. The report (`report.rs`) sums the simulations into a
 //! [`Prediction`]; stall reasons are one enum ([`Reason`]) indexing per-reason arrays
-//! ([`PerReason`]). The parameters (`params.toml`, [`Params`]) cite their sources, among them
-//! the facts in [`docs`], which also says how to add a hardware effect.
+//! ([`PerReason`]). The parameters (`params.toml`, [`Params`]) are timing only and cite their
+//! sources, among them the facts in [`docs`], which also says how to add a hardware effect; the
+//! machine's size and per-CU limits (XCDs, CUs, SIMDs, wave slots, register files, LDS,
+//! barriers) are gfx950 facts read from `tilegen_arch` ([`CuLimits::GFX950`]).
 //!
 //! # What is approximate
 //! The parameters no document gives (the clock sustained under matrix load, launch overhead,
@@ -93,10 +95,10 @@ use tilegen_emu::exec::limits::Limits;
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 
-pub use gpu::{Limiter, Occupancy, occupancy};
+pub use gpu::{CuLimits, Limiter, Occupancy, occupancy};
 pub use mem::MemoryReport;
 pub use params::{
-    ClockParams, GpuParams, IssueParams, LdsParams, MfmaParams, Number, Param, ParamBound, Params,
+    ClockParams, IssueParams, LdsParams, MfmaParams, Number, Param, ParamBound, Params,
     ParamsError, SaluParams, ValuParams, VmemParams,
 };
 pub use reason::{PerReason, Reason, StallBreakdown};
@@ -270,9 +272,9 @@ pub fn predict(
     opts: &TimingOptions,
 ) -> Result<Prediction, TimingError> {
     params.validate()?;
-    let occ = gpu::occupancy_of(prog, launch.block, launch.dynamic_lds, params)?;
-    let xcds = params.gpu.xcds.positive().get() as usize;
-    let cpx = params.gpu.cus_per_xcd.positive().get() as usize;
+    let occ = CuLimits::GFX950.occupancy(prog, launch.block, launch.dynamic_lds)?;
+    let xcds = tilegen_arch::XCDS as usize;
+    let cpx = tilegen_arch::CUS_PER_XCD as usize;
     let cap = occ.workgroups_per_cu as u64;
     let total_wgs: u64 = launch.grid.iter().map(|&g| g as u64).product();
     let clock = if gpu::uses_mfma(prog) {
@@ -320,10 +322,7 @@ pub fn predict(
                 })
                 .collect::<Result<_, _>>()?,
             seq: Sequencer::new(params),
-            units: Units::new(
-                params,
-                params.gpu.simds_per_cu.count().clamp(1, 16) as usize,
-            ),
+            units: Units::new(params, tilegen_arch::SIMDS_PER_CU as usize),
             xcds: xcds as u64,
             cus_per_xcd: cpx as u64,
             total: total_wgs,

@@ -175,8 +175,8 @@ impl Tally {
                 0.0
             }
         };
-        let gpu_cus = params.gpu.xcds.positive().get() * params.gpu.cus_per_xcd.positive().get();
-        let simds = params.gpu.simds_per_cu.get();
+        let gpu_cus = tilegen_arch::COMPUTE_UNITS;
+        let simds = f64::from(tilegen_arch::SIMDS_PER_CU);
         let kernel_ns = cycles as f64 / clock;
         let mfma_busy = if cycles > 0 {
             (per_wg(self.mfma_cycles) * total_workgroups as f64
@@ -193,7 +193,8 @@ impl Tally {
         let launch_us = params.clock.launch_overhead_us.get();
         let us = kernel_ns / 1000.0 + launch_us;
         let lds_util = if self.cu_cycles > 0 {
-            let ports = params.gpu.simds_per_cu.count().div_ceil(2) as f64;
+            // Two SIMDs share one LDS port.
+            let ports = f64::from(tilegen_arch::SIMDS_PER_CU.div_ceil(2));
             self.lds_busy as f64 / (ports * self.cu_cycles as f64)
         } else {
             0.0

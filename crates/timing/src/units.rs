@@ -133,7 +133,7 @@ impl Sequencer {
     pub(crate) fn new(p: &Params) -> Sequencer {
         Sequencer {
             slot: p.issue.slot_cycles.positive().get(),
-            simds: p.gpu.simds_per_cu.count().clamp(1, 16) as usize,
+            simds: tilegen_arch::SIMDS_PER_CU as usize,
             max_vm: p.vmem.max_vmcnt.positive().get() as usize,
             max_lgkm: p.vmem.max_lgkmcnt.positive().get() as usize,
             barrier_latency: p.issue.barrier_latency_cycles.count(),

@@ -234,7 +234,7 @@ pub struct ModelEvaluator {
 impl ModelEvaluator {
     /// CUs of the modelled GPU.
     pub fn cus(&self) -> u32 {
-        (self.params.gpu.xcds.count() * self.params.gpu.cus_per_xcd.count()) as u32
+        tilegen_arch::COMPUTE_UNITS
     }
 
     /// Predicts `kernel` on `shape`.

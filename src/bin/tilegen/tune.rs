@@ -317,15 +317,13 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
     };
     let target = match by {
         By::Model => {
-            let params = match &params_toml {
-                Some(t) => {
-                    tilegen::timing::Params::from_toml_str(t).context("timing parameters")?
-                }
-                None => tilegen::timing::Params::mi355x(),
-            };
+            // A bad file is refused here, before any worker reads it.
+            if let Some(t) = &params_toml {
+                tilegen::timing::Params::from_toml_str(t).context("timing parameters")?;
+            }
             Target {
                 gfx: "gfx950".into(),
-                cus: (params.gpu.xcds.count() * params.gpu.cus_per_xcd.count()) as u32,
+                cus: tilegen_arch::COMPUTE_UNITS,
                 device: DeviceName::TimingModel,
             }
         }
