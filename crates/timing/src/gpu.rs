@@ -18,7 +18,7 @@ use crate::reason::{PerReason, Reason};
 use crate::trace::{Trace, TraceBuf, TraceOptions};
 
 /// What limits how many workgroups a CU holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limiter {
     /// Wave slots (8 per SIMD).
@@ -50,7 +50,8 @@ impl Limiter {
 }
 
 /// How many workgroups of a kernel fit on one CU, and why not more.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Occupancy {
     /// Waves per workgroup.
     pub waves_per_workgroup: u32,

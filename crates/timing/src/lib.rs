@@ -124,7 +124,7 @@ pub struct TimingLaunch<'a> {
 }
 
 /// How a prediction is computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// One round of XCD 0 (and the last partial round), extrapolated over the rounds.

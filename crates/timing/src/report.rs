@@ -1,7 +1,7 @@
 //! What a prediction reports: the time and what bounds it ([`Prediction`], [`Bound`]), and the
 //! aggregation of the simulated rounds into GPU-wide figures ([`Tally`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::gpu::{Occupancy, SimResult};
 use crate::mem::MemoryReport;
@@ -11,7 +11,7 @@ use crate::trace::Trace;
 use crate::{Method, XcdShares};
 
 /// What bounds the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
     /// The matrix cores are busy most of the time.

@@ -108,7 +108,6 @@ pub enum Detail {
 #[serde(deny_unknown_fields)]
 pub struct ModelDetail {
     /// What bounds the kernel.
-    #[serde(with = "BoundDef")]
     pub bound: timing::Bound,
     /// Kernel cycles (all rounds).
     pub cycles: u64,
@@ -116,13 +115,12 @@ pub struct ModelDetail {
     #[serde(deserialize_with = "nan_for_null")]
     pub hbm_gbs: f64,
     /// How the time was computed.
-    #[serde(with = "MethodDef")]
     pub method: timing::Method,
     /// Fraction of SIMD time the matrix cores are busy, GPU-wide.
     #[serde(deserialize_with = "nan_for_null")]
     pub mfma_busy: f64,
     /// Occupancy.
-    #[serde(with = "OccupancyDef")]
+    #[serde(serialize_with = "sorted_keys")]
     pub occupancy: timing::Occupancy,
     /// Rounds of resident workgroups on the busiest XCD.
     pub rounds: u64,
@@ -157,49 +155,12 @@ fn nan_for_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error>
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
-// Readers for the timing model's report types, which only serialize. Each mirrors its type
-// field for field and variant for variant, and serde checks that at compile time.
-
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "timing::Bound", rename_all = "snake_case")]
-enum BoundDef {
-    Mfma,
-    Lds,
-    MemoryBandwidth,
-    MemoryLatency,
-    Issue,
-    Launch,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "timing::Method", rename_all = "snake_case")]
-enum MethodDef {
-    Rounds,
-    Full,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "timing::Limiter", rename_all = "snake_case")]
-enum LimiterDef {
-    Waves,
-    Vgprs,
-    Sgprs,
-    Lds,
-    Barriers,
-    Workgroups,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "timing::Occupancy", deny_unknown_fields)]
-struct OccupancyDef {
-    lds_bytes: u32,
-    #[serde(with = "LimiterDef")]
-    limiter: timing::Limiter,
-    sgprs: u32,
-    vgprs: u32,
-    waves_per_simd: u32,
-    waves_per_workgroup: u32,
-    workgroups_per_cu: u32,
+/// Writes `value` through a JSON map, whose keys come out sorted: a timing type's own fields
+/// are in its declaration order, but the stored text has always had them sorted.
+fn sorted_keys<T: Serialize, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
 }
 
 /// Compiles `spec` for a sweep: code object only (no listing, no IR).
@@ -428,6 +389,15 @@ mod tests {
             serde_json::from_str::<Detail>("{}").unwrap(),
             Detail::Empty {}
         );
+        // A row as stored reads back and writes the same text; an occupancy with a key the
+        // timing model does not have is refused.
+        let stored = r#"{"bound":"memory_latency","cycles":1000,"hbm_gbs":null,"method":"rounds","mfma_busy":0.5,"occupancy":{"lds_bytes":0,"limiter":"vgprs","sgprs":32,"vgprs":128,"waves_per_simd":2,"waves_per_workgroup":4,"workgroups_per_cu":2},"rounds":3}"#;
+        let back: Detail = serde_json::from_str(stored).unwrap();
+        assert!(matches!(&back, Detail::Model(d) if d.occupancy.limiter == timing::Limiter::Vgprs));
+        assert_eq!(serde_json::to_string(&back).unwrap(), stored);
+        let extra = stored.replace(r#""vgprs":128,"#, r#""vgprs":128,"x":1,"#);
+        assert!(serde_json::from_str::<Detail>(&extra).is_err(), "{extra}");
+
         for other in [
             r#"{"x":1}"#,
             r#"{"device":"d","times_us":[1.0],"x":1}"#,
