@@ -70,6 +70,28 @@ pub enum DslError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A size a kernel's code handles only in whole units (a stage of scale blocks read as
+    /// dwords, a cache copy issued as whole loads), named with the unit.
+    #[error("{what} ({value}) is not a multiple of {multiple}")]
+    NotMultiple {
+        /// What was sized.
+        what: &'static str,
+        /// Its size.
+        value: i64,
+        /// The unit it must be whole of.
+        multiple: i64,
+    },
+    /// A size a kernel's code handles only at one value (a gathered operand that stages whole
+    /// tiles), named with that value.
+    #[error("{what} of {found}: the kernel handles only {expected}")]
+    Unsupported {
+        /// What was sized.
+        what: &'static str,
+        /// The one value handled.
+        expected: i64,
+        /// The value asked for.
+        found: i64,
+    },
     /// An LDS buffer whose size does not fit in 32 bits (far past any LDS budget).
     #[error("LDS buffer `{name}` of {bytes} bytes does not fit in 32 bits")]
     LdsSize {
@@ -137,3 +159,30 @@ const _: () = {
     const fn send_sync<T: Send + Sync + 'static>() {}
     send_sync::<DslError>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_name_their_limit() {
+        let e = DslError::NotMultiple {
+            what: "a stage's scale blocks",
+            value: 6,
+            multiple: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "a stage's scale blocks (6) is not a multiple of 4"
+        );
+        let e = DslError::Unsupported {
+            what: "a gathered A stage",
+            expected: 4096,
+            found: 2048,
+        };
+        assert_eq!(
+            e.to_string(),
+            "a gathered A stage of 2048: the kernel handles only 4096"
+        );
+    }
+}
