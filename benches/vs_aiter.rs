@@ -50,9 +50,6 @@ const USAGE: &str = "usage: cargo bench --bench vs_aiter -- [--out DIR] [--db FI
 /// Cycles of one CU the traces cover.
 const TRACE_CYCLES: u64 = 60_000;
 
-/// AITER's table rows of this GPU.
-const MI355X_CUS: u32 = 256;
-
 struct Args {
     out: PathBuf,
     db: Option<PathBuf>,
@@ -230,7 +227,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let table: Vec<_> = corpus
         .tuned_table()?
         .into_iter()
-        .filter(|r| r.cu_num() == MI355X_CUS)
+        // AITER's table rows of this GPU.
+        .filter(|r| r.cu_num() == tilegen_arch::COMPUTE_UNITS)
         .collect();
 
     // tilegen: tune the space by the model (resumable).

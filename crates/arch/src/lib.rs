@@ -92,6 +92,6 @@ mod tests {
         assert_eq!(MAX_WORKGROUP_SIZE / WAVE_SIZE, 16);
         assert_eq!(MAX_UNIFIED_VGPRS % VGPR_ALLOC_GRANULE, 0);
         assert_eq!(MAX_WORKGROUPS_PER_CU, 32);
-        assert!(MAX_BARRIER_WORKGROUPS_PER_CU <= MAX_WORKGROUPS_PER_CU);
+        const { assert!(MAX_BARRIER_WORKGROUPS_PER_CU <= MAX_WORKGROUPS_PER_CU) };
     }
 }
