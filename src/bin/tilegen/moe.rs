@@ -27,7 +27,7 @@ use tilegen::kernels::gemm::KnobArgs;
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeRouter, MoeShape,
     MoeSpec, MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, expert_bias_bytes,
-    expert_bytes, route,
+    expert_group_bytes, route,
 };
 use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen::mx::weights::MoeWeightFile;
@@ -204,7 +204,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
     }
     // The host's share before anything is made: logits, tokens, the touched experts.
     let most_touched = shape.experts.min(a.tokens.saturating_mul(shape.topk));
-    let per_expert: usize = expert_bytes(&shape)?.iter().sum();
+    let per_expert: usize = expert_group_bytes(&shape)?.iter().sum();
     check_host(&shape, a.tokens, most_touched, per_expert)?;
     let scoring = scoring(&a.model, shape.experts, shape.topk, a.seed);
     let routing = random_routing(&shape, a.tokens, &scoring, a.seed)?;
@@ -465,7 +465,7 @@ fn model_time(
         parts: lazy(&mut mem, s.parts)?,
         out: lazy(&mut mem, s.out)?,
     };
-    let sizes = expert_bytes(shape)?;
+    let sizes = expert_group_bytes(shape)?;
     let mut wptrs = [DevicePtr(0); 4];
     for (p, b) in wptrs.iter_mut().zip(sizes) {
         *p = lazy(&mut mem, b * shape.experts)?;

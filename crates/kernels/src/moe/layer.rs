@@ -8,6 +8,7 @@ use tilegen_device::{
 };
 use tilegen_dsl::{CompileOptions, KernelAttrs};
 use tilegen_mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeShape};
+use tilegen_mx::weights::expert_group_bytes;
 use tilegen_mx::{MX_BLOCK, MxError, MxMatrix, Shuffler};
 
 use super::routing::{Routing, RoutingError, SortedBlocks};
@@ -238,24 +239,12 @@ pub struct PreshuffledExpert {
     pub bias: Option<ExpertBias>,
 }
 
-/// Bytes of one expert's group in each grouped buffer: gate/up, its scales, down, its scales.
-pub fn expert_bytes(shape: &MoeShape) -> Result<[usize; 4], MxError> {
-    let s = Shuffler::new(1)?;
-    let (hp, ip) = (shape.hidden_padded(), shape.inter_padded());
-    Ok([
-        s.b_len(shape.gate_up_rows(), hp / 2)?,
-        s.scale_len(shape.gate_up_rows(), hp / MX_BLOCK)?,
-        s.b_len(shape.hidden, ip / 2)?,
-        s.scale_len(shape.hidden, ip / MX_BLOCK)?,
-    ])
-}
-
 impl PreshuffledExpert {
     /// Preshuffles one expert's (padded) weights.
     pub fn new(shape: &MoeShape, w: &ExpertWeights) -> Result<Self, MxError> {
         let s = Shuffler::new(1)?;
         let (hp, ip) = (shape.hidden_padded(), shape.inter_padded());
-        let [gu, gus, d, ds] = expert_bytes(shape)?;
+        let [gu, gus, d, ds] = expert_group_bytes(shape)?;
         let check = |what, m: &MxMatrix, rows: usize, k: usize| {
             if m.rows() != rows || m.k() != k {
                 return Err(MxError::LengthMismatch {
@@ -319,7 +308,7 @@ impl<'d> DeviceWeights<'d> {
     /// Zeroed grouped buffers for `shape`'s experts, with bias buffers if `bias`.
     pub fn new(device: &'d dyn Device, shape: &MoeShape, bias: bool) -> Result<Self, MoeError> {
         shape.validate()?;
-        let bytes = expert_bytes(shape)?;
+        let bytes = expert_group_bytes(shape)?;
         let rt = |source| MoeError::Runtime {
             stage: Stage::GateUp,
             source,

@@ -19,10 +19,13 @@ mod template;
 
 pub use layer::{
     DeviceWeights, MoeBuffers, MoeError, MoeInputError, MoeKernel, MoeLaunch, MoeLayer, MoePlan,
-    MoeRun, PreshuffledExpert, expert_bias_bytes, expert_bytes,
+    MoeRun, PreshuffledExpert, expert_bias_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
 #[cfg(feature = "clap")]
 pub use spec::MoeTileKnobs;
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};
+// One expert's group in each grouped buffer, sized where the weight files are read, so a
+// file's experts and a layer's buffers agree.
 pub use template::{MoeModel, MoeRouter, MoeSpace, MoeTemplate, MoeTemplatePlan};
+pub use tilegen_mx::weights::expert_group_bytes;
