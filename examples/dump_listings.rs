@@ -6,7 +6,9 @@
 //! combination of a few tiles, every MoE spec the MoE templates' spaces allow, and every
 //! attention spec (head group, head size, page size, split-KV, waves) the kernel supports.
 //!
-//! `cargo run --release --example dump_listings -- OUT_DIR [--quick]` (`--quick`: every 10th).
+//! `cargo run --release --example dump_listings -- OUT_DIR [--quick] [--only PREFIX]`
+//! (`--quick`: every 10th; `--only`: the kernels whose directory starts with `PREFIX`, e.g.
+//! `attention`).
 
 use std::path::{Path, PathBuf};
 
@@ -34,11 +36,16 @@ fn gemm(spec: impl Into<KernelSpec>) -> Job {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let out = PathBuf::from(
-        args.next()
-            .ok_or("usage: dump_listings OUT_DIR [--quick]")?,
-    );
-    let quick = args.next().as_deref() == Some("--quick");
+    let usage = "usage: dump_listings OUT_DIR [--quick] [--only PREFIX]";
+    let out = PathBuf::from(args.next().ok_or(usage)?);
+    let (mut quick, mut only) = (false, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--only" => only = Some(args.next().ok_or(usage)?),
+            _ => return Err(usage.into()),
+        }
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut jobs: Vec<Job> = Vec::new();
 
@@ -100,6 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ));
             }
         }
+    }
+    if let Some(prefix) = &only {
+        jobs.retain(|(label, _)| label.starts_with(prefix.as_str()));
     }
     if quick {
         jobs = jobs.into_iter().step_by(10).collect();
