@@ -48,6 +48,7 @@
 //! [`PagedRowIndices`]: crate::paged::PagedRowIndices
 
 mod kernel;
+mod mainloop;
 mod reduce;
 mod run;
 mod spec;
