@@ -530,7 +530,11 @@ fn shipped_moe_templates_parse_and_enumerate() {
     let text = std::fs::read_to_string(dir.join("gpt-oss-20b.toml")).unwrap();
     let good: tilegen_kernels::moe::MoeTemplate = toml::from_str(&text).unwrap();
     let mut dup = good.clone();
-    dup.space.wn.push(dup.space.wn[0]);
+    let wn = dup.space.axis(tilegen_kernels::gemm::Knob::Wn).to_vec();
+    dup.space.set_axis(
+        tilegen_kernels::gemm::Knob::Wn,
+        wn.iter().chain(&wn[..1]).copied(),
+    );
     assert!(dup.check().unwrap_err().contains("twice"));
     let mut desc = good.clone();
     desc.model.tokens = vec![4, 2];

@@ -161,51 +161,70 @@ struct RawGemm {
     k_model: Option<Spanned<i64>>,
 }
 
-/// `[space]` as written: the two settings, and one list per knob axis, kept with their
-/// positions. Read key by key so an unknown key is refused at its own position.
+/// `[space]` as written: one list per knob axis, kept with its positions, and the settings.
+/// Read key by key so an unknown key is refused at its own position.
 struct RawSpace {
     axes: Vec<(Knob, Spanned<Vec<Spanned<toml::Value>>>)>,
-    out_dtype: Option<Spanned<OutDtype>>,
+    /// The knobs the table makes one value per template ([`Axis::Setting`]: `out_dtype`).
+    settings: Vec<(Knob, KnobValue)>,
     prune_tall_tiles: Option<bool>,
 }
 
-/// A key of `[space]`.
+/// A key of `[space]`: a knob's axis or setting (named, typed and defaulted by the knob table),
+/// or the one setting that is the tuner's own rather than a kernel knob.
 enum SpaceKey {
     Axis(Knob),
-    OutDtype,
+    Setting(Knob),
     PruneTallTiles,
 }
 
 impl SpaceKey {
-    const SETTINGS: [&str; 2] = ["out_dtype", "prune_tall_tiles"];
+    /// The tuner's own setting (see [`Space::prune_tall_tiles`]).
+    const PRUNE_TALL_TILES: &str = "prune_tall_tiles";
 
     fn of(name: &str) -> Option<SpaceKey> {
-        match name {
-            "out_dtype" => Some(SpaceKey::OutDtype),
-            "prune_tall_tiles" => Some(SpaceKey::PruneTallTiles),
-            _ => Knob::ALL
-                .iter()
-                .find(|k| k.name() == name && k.axis() != Axis::Fixed)
-                .map(|&k| SpaceKey::Axis(k)),
+        if name == Self::PRUNE_TALL_TILES {
+            return Some(SpaceKey::PruneTallTiles);
+        }
+        let k = *Knob::ALL.iter().find(|k| k.name() == name)?;
+        match k.axis() {
+            Axis::Setting => Some(SpaceKey::Setting(k)),
+            a if a.searched() => Some(SpaceKey::Axis(k)),
+            _ => None,
         }
     }
+}
+
+/// Every key a template's `[space]` takes: each searched knob's axis and each setting, in the
+/// knobs' order, then the tuner's own setting.
+pub fn space_keys() -> Vec<&'static str> {
+    Knob::ALL
+        .iter()
+        .filter(|k| k.axis().searched() || k.axis() == Axis::Setting)
+        .map(|k| k.name())
+        .chain([SpaceKey::PRUNE_TALL_TILES])
+        .collect()
 }
 
 impl<'de> Deserialize<'de> for SpaceKey {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
         SpaceKey::of(&name).ok_or_else(|| {
-            let known: Vec<&str> = Knob::ALL
-                .iter()
-                .filter(|k| k.axis() != Axis::Fixed)
-                .map(|k| k.name())
-                .chain(SpaceKey::SETTINGS)
-                .collect();
             serde::de::Error::custom(format!(
                 "unknown key `space.{name}`; the space's keys are {}",
-                known.join(", ")
+                space_keys().join(", ")
             ))
         })
+    }
+}
+
+/// A setting's value, read as its knob's type.
+struct SettingValue(Knob);
+
+impl<'de> serde::de::DeserializeSeed<'de> for SettingValue {
+    type Value = KnobValue;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<KnobValue, D::Error> {
+        self.0.deserialize_value(d)
     }
 }
 
@@ -224,7 +243,7 @@ impl<'de> Deserialize<'de> for RawSpace {
                 use serde::de::Error;
                 let mut raw = RawSpace {
                     axes: Vec::new(),
-                    out_dtype: None,
+                    settings: Vec::new(),
                     prune_tall_tiles: None,
                 };
                 while let Some(key) = a.next_key::<SpaceKey>()? {
@@ -235,7 +254,12 @@ impl<'de> Deserialize<'de> for RawSpace {
                             }
                             raw.axes.push((k, a.next_value()?));
                         }
-                        SpaceKey::OutDtype => raw.out_dtype = Some(a.next_value()?),
+                        SpaceKey::Setting(k) => {
+                            if raw.settings.iter().any(|(x, _)| *x == k) {
+                                return Err(A::Error::duplicate_field(k.name()));
+                            }
+                            raw.settings.push((k, a.next_value_seed(SettingValue(k))?));
+                        }
                         SpaceKey::PruneTallTiles => raw.prune_tall_tiles = Some(a.next_value()?),
                     }
                 }
@@ -307,34 +331,9 @@ impl Ctx<'_> {
         let mut out: Vec<KnobValue> = Vec::new();
         for item in list.get_ref() {
             let err = |rule: String| self.err(item.span(), rule);
-            let value = match item.get_ref() {
-                toml::Value::Integer(i) => {
-                    if let Axis::Sizes { multiple, why } = k.axis() {
-                        let v = Spanned::new(item.span(), *i);
-                        KnobValue::Count(self.size(&key, &v, multiple, why)?)
-                    } else {
-                        k.from_axis(*i).ok_or_else(|| {
-                            err(format!("{key} = {i} is not a value of {}", k.name()))
-                        })?
-                    }
-                }
-                other => k
-                    .deserialize_value(other.clone())
-                    .map_err(|e| err(format!("{key}: {}", e.message().trim())))?,
-            };
-            if let (Some(r), KnobValue::Auto(Some(x)) | KnobValue::Count(x)) = (k.range(), value)
-                && !(r.min..=r.max).contains(&x)
-            {
-                let unset = if matches!(value, KnobValue::Auto(_)) {
-                    "0 (unset) or "
-                } else {
-                    ""
-                };
-                return Err(err(format!(
-                    "{key} = {x} must be {unset}{}..={} ({})",
-                    r.min, r.max, r.why
-                )));
-            }
+            let value = k
+                .axis_value(item.get_ref().clone())
+                .map_err(|e| err(e.message().trim().to_string()))?;
             if out.contains(&value) {
                 return Err(err(format!("{key} lists {value} twice")));
             }
@@ -490,7 +489,7 @@ impl Template {
         let s = raw.get_ref();
         let mut axes = Vec::new();
         for &k in Knob::ALL {
-            if k.axis() == Axis::Fixed {
+            if !k.axis().searched() {
                 continue;
             }
             let values = match s.axes.iter().find(|(x, _)| *x == k) {
@@ -500,12 +499,19 @@ impl Template {
             };
             axes.push((k, values));
         }
+        // A setting the template does not give keeps its default.
+        let setting = |k: Knob| {
+            s.settings
+                .iter()
+                .find(|(x, _)| *x == k)
+                .map_or(k.default_value(Variant::Preb), |(_, v)| *v)
+        };
         Ok(Space {
             axes,
-            out_dtype: s
-                .out_dtype
-                .as_ref()
-                .map_or(OutDtype::Bf16, |o| *o.get_ref()),
+            out_dtype: match setting(Knob::OutDtype) {
+                KnobValue::Out(o) => o,
+                _ => OutDtype::Bf16,
+            },
             prune_tall_tiles: s.prune_tall_tiles.unwrap_or(true),
         })
     }
@@ -522,6 +528,39 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keys of the `[space]` table in a README's format block, in order.
+    fn documented_space_keys(readme: &str) -> Vec<String> {
+        let block = readme
+            .split("```toml")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .unwrap_or_default();
+        let space = block.split("[space]").nth(1).unwrap_or_default();
+        space
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with('['))
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_string()))
+            .collect()
+    }
+
+    /// templates/README.md documents every key of `[space]` the knob table and the tuner
+    /// declare, once each, and no other.
+    #[test]
+    fn the_readme_documents_every_space_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let mut documented = documented_space_keys(&readme);
+        let n = documented.len();
+        documented.sort();
+        documented.dedup();
+        assert_eq!(documented.len(), n, "a key is documented twice");
+        let mut keys: Vec<String> = space_keys().into_iter().map(String::from).collect();
+        keys.sort();
+        assert_eq!(documented, keys, "templates/README.md's [space] block");
+    }
 
     #[test]
     fn line_and_column() {

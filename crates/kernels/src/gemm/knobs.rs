@@ -14,9 +14,9 @@
 use std::fmt;
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IntoDeserializer};
 
-use super::spec::{OutDtype, Variant};
+use super::spec::{Knob, OutDtype, Variant};
 use tilegen_dsl::{CachePolicy, MfmaShape};
 
 /// A knob's value, whatever its type: what command lines, template axes and the stored form
@@ -184,6 +184,113 @@ pub enum Axis {
         /// Why.
         why: &'static str,
     },
+    /// Not searched: one value for a whole template (a scalar key of its space, the default
+    /// where it has none).
+    Setting,
+}
+
+impl Axis {
+    /// Whether a template searches the knob over a list of values.
+    pub fn searched(self) -> bool {
+        matches!(self, Axis::Values | Axis::Sizes { .. })
+    }
+}
+
+impl Knob {
+    /// Reads one value of this knob's template axis (`space.<name>`) from any self-describing
+    /// format (a TOML template's list element): an integer as the axis reads it (a size must be
+    /// a positive multiple, an optional count's 0 is unset), anything else as the knob's type;
+    /// then the knob's range. An error names the key, the value and the rule. Every template
+    /// format (GEMM and MoE) reads its knob axes through this.
+    pub fn axis_value<'de, D: serde::Deserializer<'de>>(self, d: D) -> Result<KnobValue, D::Error> {
+        d.deserialize_any(AxisValue(self))
+    }
+
+    /// An integer element of this knob's axis, or the rule it breaks.
+    fn axis_int(self, i: i64) -> Result<KnobValue, String> {
+        let key = format!("space.{}", self.name());
+        if let Axis::Sizes { multiple, why } = self.axis() {
+            let x = u32::try_from(i)
+                .ok()
+                .filter(|&x| x > 0)
+                .ok_or_else(|| format!("{key} = {i} must be a positive 32-bit integer"))?;
+            if !x.is_multiple_of(multiple) {
+                return Err(format!(
+                    "{key} = {x} must be a multiple of {multiple} ({why})"
+                ));
+            }
+            return Ok(KnobValue::Count(x));
+        }
+        self.from_axis(i)
+            .ok_or_else(|| format!("{key} = {i} is not a value of {}", self.name()))
+    }
+
+    /// `value` within the knob's range, or the rule it breaks.
+    fn axis_range(self, value: KnobValue) -> Result<KnobValue, String> {
+        if let (Some(r), KnobValue::Auto(Some(x)) | KnobValue::Count(x)) = (self.range(), value)
+            && !(r.min..=r.max).contains(&x)
+        {
+            let unset = if matches!(value, KnobValue::Auto(_)) {
+                "0 (unset) or "
+            } else {
+                ""
+            };
+            return Err(format!(
+                "space.{} = {x} must be {unset}{}..={} ({})",
+                self.name(),
+                r.min,
+                r.max,
+                r.why
+            ));
+        }
+        Ok(value)
+    }
+
+    /// A non-integer element of this knob's axis, read as the knob's type.
+    fn axis_typed<'de, D>(self, d: D) -> Result<KnobValue, String>
+    where
+        D: serde::Deserializer<'de, Error = serde::de::value::Error>,
+    {
+        self.deserialize_value(d)
+            .map_err(|e| format!("space.{}: {}", self.name(), e.to_string().trim()))
+    }
+}
+
+/// Reads one axis element of a knob (see [`Knob::axis_value`]).
+struct AxisValue(Knob);
+
+impl AxisValue {
+    fn done<E: serde::de::Error>(&self, v: Result<KnobValue, String>) -> Result<KnobValue, E> {
+        v.and_then(|v| self.0.axis_range(v)).map_err(E::custom)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for AxisValue {
+    type Value = KnobValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a value of {}", self.0.name())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<KnobValue, E> {
+        self.done(self.0.axis_int(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<KnobValue, E> {
+        self.done(self.0.axis_int(i64::try_from(v).unwrap_or(i64::MAX)))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<KnobValue, E> {
+        self.done(self.0.axis_typed(v.into_deserializer()))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<KnobValue, E> {
+        self.done(self.0.axis_typed(v.into_deserializer()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KnobValue, E> {
+        self.done(self.0.axis_typed(v.into_deserializer()))
+    }
 }
 
 /// A knob's range, checked by `validate`.

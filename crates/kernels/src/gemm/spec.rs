@@ -263,7 +263,7 @@ knobs! {
         default: |_| OutDtype::Bf16,
         piece: 7 => |x| Some(format!("_{x}")),
         stored: Required,
-        axis: Axis::Fixed,
+        axis: Axis::Setting,
         range: None,
     }
     /// Prefetching outer-K pipeline: B tiles loaded into registers ahead of the one multiplied
