@@ -148,22 +148,21 @@ impl CuLimits {
         dynamic_lds: u32,
     ) -> Result<Occupancy, TimingError> {
         let kd = &prog.setup().descriptor;
-        let g = self;
         let threads: u64 = block.iter().map(|&b| b as u64).product();
         let waves = threads.div_ceil(u64::from(tilegen_arch::WAVE_SIZE)).max(1) as u32;
         let align = |v: u64, a: u32| v.div_ceil(u64::from(a.max(1))) * u64::from(a.max(1));
-        let vgprs = align(kd.allocated_vgprs() as u64, g.vgpr_granule) as u32;
+        let vgprs = align(kd.allocated_vgprs() as u64, self.vgpr_granule) as u32;
         let sgprs = align(
-            ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + u64::from(g.extra_sgprs),
-            g.sgpr_granule,
+            ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + u64::from(self.extra_sgprs),
+            self.sgpr_granule,
         ) as u32;
         let lds = align(
             kd.group_segment_fixed_size as u64 + dynamic_lds as u64,
-            g.lds_granule_bytes,
+            self.lds_granule_bytes,
         );
-        let max_waves = u64::from(g.waves_per_simd);
-        let by_vgpr = u64::from(g.vgprs_per_lane) / vgprs.max(1) as u64;
-        let by_sgpr = u64::from(g.sgprs_per_simd) / sgprs.max(1) as u64;
+        let max_waves = u64::from(self.waves_per_simd);
+        let by_vgpr = u64::from(self.vgprs_per_lane) / vgprs.max(1) as u64;
+        let by_sgpr = u64::from(self.sgprs_per_simd) / sgprs.max(1) as u64;
         let mut waves_per_simd = max_waves;
         let mut limiter = Limiter::Waves;
         if by_vgpr < waves_per_simd {
@@ -174,7 +173,7 @@ impl CuLimits {
             waves_per_simd = by_sgpr;
             limiter = Limiter::Sgprs;
         }
-        let simds = u64::from(g.simds.max(1));
+        let simds = u64::from(self.simds.max(1));
         let per_simd_needed = (waves as u64).div_ceil(simds);
         let mut wgs = if per_simd_needed > waves_per_simd {
             0
@@ -187,13 +186,13 @@ impl CuLimits {
                 limiter = l;
             }
         };
-        if let Some(by_lds) = u64::from(g.lds_bytes).checked_div(lds) {
+        if let Some(by_lds) = u64::from(self.lds_bytes).checked_div(lds) {
             cap(by_lds, Limiter::Lds);
         }
         if waves > 1 && uses_barrier(prog) {
-            cap(u64::from(g.barrier_workgroups), Limiter::Barriers);
+            cap(u64::from(self.barrier_workgroups), Limiter::Barriers);
         }
-        cap(u64::from(g.workgroups), Limiter::Workgroups);
+        cap(u64::from(self.workgroups), Limiter::Workgroups);
         if wgs == 0 {
             return Err(TimingError::DoesNotFit(format!(
                 "a workgroup of {waves} waves with {vgprs} VGPRs, {sgprs} SGPRs and {lds} bytes of LDS does not fit on a CU (limited by {limiter:?})"
