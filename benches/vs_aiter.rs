@@ -259,7 +259,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
             ..EvalSettings::default()
         },
         target: Target {
-            gfx: "gfx950".into(),
+            gfx: tilegen_arch::PROCESSOR.into(),
             cus,
             device: DeviceName::TimingModel,
         },

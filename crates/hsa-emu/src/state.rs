@@ -259,7 +259,7 @@ pub(crate) unsafe fn agent_info(
             sys::AGENT_INFO_NAME => put_name(
                 value,
                 if gpu {
-                    "gfx950"
+                    tilegen_arch::PROCESSOR
                 } else {
                     "tilegen-hsa-emu host CPU"
                 },

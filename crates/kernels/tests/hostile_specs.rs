@@ -220,7 +220,7 @@ fn agrees(spec: &KernelSpec, k: &CompiledKernel) -> Result<(), String> {
     if !(1..=1024).contains(&threads) || !threads.is_multiple_of(64) {
         return Err(format!("{threads} threads is not a whole number of waves"));
     }
-    if u64::from(r.lds_bytes) != spec.lds_bytes() || r.lds_bytes > 160 * 1024 {
+    if u64::from(r.lds_bytes) != spec.lds_bytes() || r.lds_bytes > tilegen_arch::LDS_BYTES_PER_CU {
         return Err(format!(
             "the code object has {} B of LDS; the spec needs {} B of the 160 KB",
             r.lds_bytes,

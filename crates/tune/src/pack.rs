@@ -38,7 +38,7 @@ pub const PACK_FORMAT: u32 = 1;
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
 /// The target every pack is built for.
-pub const TARGET: &str = "gfx950";
+pub const TARGET: &str = tilegen_arch::PROCESSOR;
 /// The largest manifest read: thousands of kernels fit many times over, and a reader never
 /// takes more memory than this from a file it is handed.
 pub const MANIFEST_MAX_BYTES: u64 = 8 << 20;

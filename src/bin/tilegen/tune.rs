@@ -322,7 +322,7 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
                 tilegen::timing::Params::from_toml_str(t).context("timing parameters")?;
             }
             Target {
-                gfx: "gfx950".into(),
+                gfx: tilegen_arch::PROCESSOR.into(),
                 cus: tilegen_arch::COMPUTE_UNITS,
                 device: DeviceName::TimingModel,
             }
@@ -330,7 +330,7 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
         By::Device => {
             let dev = devices(device).map_err(anyhow::Error::msg)?;
             Target {
-                gfx: "gfx950".into(),
+                gfx: tilegen_arch::PROCESSOR.into(),
                 cus: a.cus,
                 device: DeviceName::Named(dev.name()),
             }
