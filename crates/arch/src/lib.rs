@@ -80,6 +80,206 @@ pub const COMPUTE_UNITS: u32 = XCDS * CUS_PER_XCD;
 /// K extent one scale byte covers in the scaled MFMA.
 pub const MX_BLOCK: u32 = 32;
 
+/// The SGPRs a wave addresses at most on gfx9 (LLVM `AMDGPUBaseInfo.cpp`
+/// `getAddressableNumSGPRs`: 102, plus VCC, rounded to the descriptor's granule of 8 gives 106
+/// as the largest count a descriptor's granulated field can stand for).
+pub const MAX_WAVE_SGPRS: u32 = 106;
+
+/// Granule of the kernel descriptor's SGPR count field (`granulated_wavefront_sgpr_count`
+/// counts blocks of 8 on gfx9).
+pub const DESCRIPTOR_SGPR_GRANULE: u32 = 8;
+
+/// What limits how many workgroups a CU holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limiter {
+    /// Wave slots per SIMD.
+    Waves,
+    /// The unified VGPR/AGPR file.
+    Vgprs,
+    /// The SGPR file.
+    Sgprs,
+    /// LDS capacity.
+    Lds,
+    /// Barrier resources (workgroups of more than one wave per CU).
+    Barriers,
+    /// The per-CU workgroup limit.
+    Workgroups,
+}
+
+impl Limiter {
+    /// Every limiter.
+    pub const ALL: [Limiter; 6] = [
+        Limiter::Waves,
+        Limiter::Vgprs,
+        Limiter::Sgprs,
+        Limiter::Lds,
+        Limiter::Barriers,
+        Limiter::Workgroups,
+    ];
+
+    /// The limiter's name, as reports print and store it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limiter::Waves => "waves",
+            Limiter::Vgprs => "vgprs",
+            Limiter::Sgprs => "sgprs",
+            Limiter::Lds => "lds",
+            Limiter::Barriers => "barriers",
+            Limiter::Workgroups => "workgroups",
+        }
+    }
+
+    /// The limiter named `name` (the inverse of [`Limiter::name`]).
+    pub fn from_name(name: &str) -> Option<Limiter> {
+        Limiter::ALL.into_iter().find(|l| l.name() == name)
+    }
+}
+
+/// What a workgroup of a kernel asks of a CU, as its code object's descriptor states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkgroupNeeds {
+    /// Work-items per workgroup.
+    pub work_items: u64,
+    /// Unified VGPRs (arch + acc) the descriptor allocates per lane.
+    pub vgprs: u32,
+    /// The descriptor's granulated SGPR count field (blocks of
+    /// [`DESCRIPTOR_SGPR_GRANULE`], minus one).
+    pub granulated_sgprs: u32,
+    /// LDS bytes per workgroup (static and dynamic).
+    pub lds_bytes: u64,
+    /// Whether the code contains `s_barrier`.
+    pub barrier: bool,
+}
+
+/// How many workgroups of a kernel one CU holds, what each allocates, and why not more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Residency {
+    /// Waves per workgroup.
+    pub waves_per_workgroup: u32,
+    /// Unified VGPRs allocated per lane (granule-rounded).
+    pub vgprs: u32,
+    /// SGPRs allocated per wave (granule-rounded, the extra ones included).
+    pub sgprs: u32,
+    /// LDS bytes allocated per workgroup (granule-rounded).
+    pub lds_bytes: u64,
+    /// Waves one SIMD can hold for the kernel's registers.
+    pub waves_per_simd: u32,
+    /// Resident workgroups per CU; 0 when one does not fit.
+    pub workgroups_per_cu: u32,
+    /// The binding limit.
+    pub limiter: Limiter,
+}
+
+impl Residency {
+    /// Waves resident per SIMD once the CU is full (its workgroups' waves spread over the
+    /// SIMDs), at most [`Residency::waves_per_simd`].
+    pub fn resident_waves_per_simd(&self, limits: &CuLimits) -> u32 {
+        let waves = u64::from(self.workgroups_per_cu) * u64::from(self.waves_per_workgroup);
+        (waves.div_ceil(u64::from(limits.simds.max(1))) as u32).min(self.waves_per_simd)
+    }
+}
+
+/// What one CU holds, the limits occupancy is computed against. [`CuLimits::GFX950`] is the
+/// machine; another value shows what a limit gfx950 never reaches would do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuLimits {
+    /// SIMDs per CU.
+    pub simds: u32,
+    /// Wave slots per SIMD.
+    pub waves_per_simd: u32,
+    /// Unified VGPR+AGPR registers per lane and SIMD.
+    pub vgprs_per_lane: u32,
+    /// VGPR allocation granule.
+    pub vgpr_granule: u32,
+    /// SGPRs per SIMD.
+    pub sgprs_per_simd: u32,
+    /// SGPR allocation granule.
+    pub sgpr_granule: u32,
+    /// SGPRs a wave holds beyond the descriptor's count (VCC, flat scratch, XNACK).
+    pub extra_sgprs: u32,
+    /// LDS bytes per CU.
+    pub lds_bytes: u32,
+    /// LDS allocation granule in bytes.
+    pub lds_granule_bytes: u32,
+    /// Resident workgroups per CU.
+    pub workgroups: u32,
+    /// Resident workgroups with barriers (more than one wave) per CU.
+    pub barrier_workgroups: u32,
+}
+
+impl CuLimits {
+    /// A gfx950 CU.
+    pub const GFX950: CuLimits = CuLimits {
+        simds: SIMDS_PER_CU,
+        waves_per_simd: MAX_WAVES_PER_SIMD,
+        vgprs_per_lane: MAX_UNIFIED_VGPRS,
+        vgpr_granule: VGPR_ALLOC_GRANULE,
+        sgprs_per_simd: SGPRS_PER_SIMD,
+        sgpr_granule: SGPR_ALLOC_GRANULE,
+        extra_sgprs: EXTRA_SGPRS,
+        lds_bytes: LDS_BYTES_PER_CU,
+        lds_granule_bytes: LDS_GRANULE_BYTES,
+        workgroups: MAX_WORKGROUPS_PER_CU,
+        barrier_workgroups: MAX_BARRIER_WORKGROUPS_PER_CU,
+    };
+
+    /// How many workgroups with `needs` this CU holds: registers bound the waves per SIMD,
+    /// the workgroup's waves spread over the SIMDs, then LDS, barriers and the workgroup limit
+    /// bound the workgroups. `workgroups_per_cu` is 0 when one workgroup does not fit.
+    pub fn occupancy(&self, needs: &WorkgroupNeeds) -> Residency {
+        let align = |v: u64, a: u32| v.div_ceil(u64::from(a.max(1))) * u64::from(a.max(1));
+        let waves = needs.work_items.div_ceil(u64::from(WAVE_SIZE)).max(1);
+        let vgprs = align(u64::from(needs.vgprs), self.vgpr_granule);
+        let sgprs = align(
+            ((u64::from(needs.granulated_sgprs) + 1) * u64::from(DESCRIPTOR_SGPR_GRANULE))
+                .min(u64::from(MAX_WAVE_SGPRS))
+                + u64::from(self.extra_sgprs),
+            self.sgpr_granule,
+        );
+        let lds = align(needs.lds_bytes, self.lds_granule_bytes);
+        let by_vgpr = u64::from(self.vgprs_per_lane) / vgprs.max(1);
+        let by_sgpr = u64::from(self.sgprs_per_simd) / sgprs.max(1);
+        let mut waves_per_simd = u64::from(self.waves_per_simd);
+        let mut limiter = Limiter::Waves;
+        if by_vgpr < waves_per_simd {
+            waves_per_simd = by_vgpr;
+            limiter = Limiter::Vgprs;
+        }
+        if by_sgpr < waves_per_simd {
+            waves_per_simd = by_sgpr;
+            limiter = Limiter::Sgprs;
+        }
+        let simds = u64::from(self.simds.max(1));
+        let mut wgs = if waves.div_ceil(simds) > waves_per_simd {
+            0
+        } else {
+            waves_per_simd * simds / waves
+        };
+        let mut cap = |v: u64, l: Limiter| {
+            if v < wgs {
+                wgs = v;
+                limiter = l;
+            }
+        };
+        if let Some(by_lds) = u64::from(self.lds_bytes).checked_div(lds) {
+            cap(by_lds, Limiter::Lds);
+        }
+        if waves > 1 && needs.barrier {
+            cap(u64::from(self.barrier_workgroups), Limiter::Barriers);
+        }
+        cap(u64::from(self.workgroups), Limiter::Workgroups);
+        Residency {
+            waves_per_workgroup: waves.min(u64::from(u32::MAX)) as u32,
+            vgprs: vgprs.min(u64::from(u32::MAX)) as u32,
+            sgprs: sgprs.min(u64::from(u32::MAX)) as u32,
+            lds_bytes: lds,
+            waves_per_simd: waves_per_simd as u32,
+            workgroups_per_cu: wgs as u32,
+            limiter,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +293,47 @@ mod tests {
         assert_eq!(MAX_UNIFIED_VGPRS % VGPR_ALLOC_GRANULE, 0);
         assert_eq!(MAX_WORKGROUPS_PER_CU, 32);
         const { assert!(MAX_BARRIER_WORKGROUPS_PER_CU <= MAX_WORKGROUPS_PER_CU) };
+    }
+
+    fn needs(work_items: u64, vgprs: u32, lds_bytes: u64) -> WorkgroupNeeds {
+        WorkgroupNeeds {
+            work_items,
+            vgprs,
+            granulated_sgprs: 3,
+            lds_bytes,
+            barrier: true,
+        }
+    }
+
+    #[test]
+    fn occupancy_names_the_binding_limit() {
+        let g = CuLimits::GFX950;
+        // 256 registers: two waves per SIMD; a 4-wave workgroup puts one on each SIMD.
+        let r = g.occupancy(&needs(256, 256, 0));
+        assert_eq!(
+            (r.waves_per_simd, r.workgroups_per_cu, r.limiter),
+            (2, 2, Limiter::Vgprs)
+        );
+        assert_eq!(r.resident_waves_per_simd(&g), 2);
+        // 64 KiB of LDS each: two workgroups.
+        let r = g.occupancy(&needs(256, 64, 64 * 1024));
+        assert_eq!((r.workgroups_per_cu, r.limiter), (2, Limiter::Lds));
+        assert_eq!(r.resident_waves_per_simd(&g), 2);
+        // Small 2-wave workgroups: the wave slots hold 16, as many as the barriers allow;
+        // with twice the slots the barriers bind.
+        let r = g.occupancy(&needs(128, 32, 0));
+        assert_eq!((r.workgroups_per_cu, r.limiter), (16, Limiter::Waves));
+        let wide = CuLimits {
+            waves_per_simd: 16,
+            ..g
+        };
+        let r = wide.occupancy(&needs(128, 32, 0));
+        assert_eq!((r.workgroups_per_cu, r.limiter), (16, Limiter::Barriers));
+        // A workgroup of 16 waves of 256 registers does not fit (4 per SIMD, 2 slots).
+        let r = g.occupancy(&needs(1024, 256, 0));
+        assert_eq!(r.workgroups_per_cu, 0);
+        for l in Limiter::ALL {
+            assert_eq!(Limiter::from_name(l.name()), Some(l));
+        }
     }
 }

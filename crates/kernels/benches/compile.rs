@@ -70,6 +70,7 @@ fn static_of(code_object: &[u8], asm: &str, dynamic_lds: u32) -> Static {
         lds,
         occupancy: occupancy(
             k.descriptor.allocated_vgprs(),
+            k.descriptor.granulated_sgpr_count(),
             lds,
             k.meta.max_flat_workgroup_size,
         ),

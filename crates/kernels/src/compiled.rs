@@ -4,9 +4,7 @@
 //! spec, a MoE layer's kernels their stage.
 
 use serde::Serialize;
-use tilegen_dsl::target::{
-    LDS_BYTES, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, SIMDS_PER_CU, WAVE_SIZE,
-};
+use tilegen_arch::{CuLimits, WorkgroupNeeds};
 use tilegen_dsl::{CompileOptions, Context, Kernel, KernelAttrs, Signature, Timings};
 
 /// Why a validated kernel could not be compiled: a bug in the generator (or the toolchain),
@@ -207,6 +205,7 @@ impl ResourceReport {
             workgroup_size: m.max_flat_workgroup_size,
             occupancy: occupancy(
                 d.allocated_vgprs(),
+                d.granulated_sgpr_count(),
                 d.group_segment_fixed_size,
                 m.max_flat_workgroup_size,
             ),
@@ -225,18 +224,24 @@ impl ResourceReport {
     }
 }
 
-/// Waves per SIMD on gfx950: the unified register file per lane divided by the kernel's
-/// allocation, and the LDS per CU shared by resident workgroups (4 SIMDs per CU), at most the
-/// SIMD's wave slots.
-pub fn occupancy(allocated_vgprs: u32, lds_bytes: u32, workgroup_size: u32) -> u32 {
-    let by_regs = MAX_UNIFIED_VGPRS / allocated_vgprs.max(8);
-    let waves_per_group = workgroup_size.div_ceil(WAVE_SIZE).max(1);
-    // No LDS: only registers limit residency. A CU spreads a workgroup's waves over its SIMDs,
-    // so a lone workgroup of 2 waves still gives its SIMDs one wave each.
-    let by_lds = LDS_BYTES
-        .checked_div(lds_bytes)
-        .map_or(MAX_WAVES_PER_SIMD, |groups_per_cu| {
-            (groups_per_cu * waves_per_group).div_ceil(SIMDS_PER_CU)
-        });
-    by_regs.min(by_lds).min(MAX_WAVES_PER_SIMD)
+/// Waves per SIMD a full gfx950 CU holds of a kernel: tilegen-arch's occupancy rule over
+/// the descriptor's registers and LDS, the workgroup's waves spread over the SIMDs. A
+/// workgroup of more than one wave is taken to use barriers (every tilegen kernel does; on
+/// gfx950 the wave slots bind first anyway). 0: a workgroup does not fit.
+pub fn occupancy(
+    allocated_vgprs: u32,
+    granulated_sgprs: u32,
+    lds_bytes: u32,
+    workgroup_size: u32,
+) -> u32 {
+    let limits = CuLimits::GFX950;
+    limits
+        .occupancy(&WorkgroupNeeds {
+            work_items: u64::from(workgroup_size),
+            vgprs: allocated_vgprs,
+            granulated_sgprs,
+            lds_bytes: u64::from(lds_bytes),
+            barrier: true,
+        })
+        .resident_waves_per_simd(&limits)
 }

@@ -11,41 +11,33 @@ use tilegen_emu::exec::program::Program;
 use tilegen_emu::exec::setup::DispatchState;
 use tilegen_emu::isa::Opcode;
 
+use tilegen_arch::WorkgroupNeeds;
+
 use crate::TimingError;
 use crate::cu::{Ctx, Cu, Finished};
 use crate::mem::MemoryReport;
 use crate::reason::{PerReason, Reason};
 use crate::trace::{Trace, TraceBuf, TraceOptions};
 
-/// What limits how many workgroups a CU holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Limiter {
-    /// Wave slots (8 per SIMD).
-    Waves,
-    /// The unified VGPR/AGPR file.
-    Vgprs,
-    /// The SGPR file.
-    Sgprs,
-    /// LDS capacity.
-    Lds,
-    /// Barrier resources (16 workgroups with barriers per CU).
-    Barriers,
-    /// The per-CU workgroup limit.
-    Workgroups,
-}
+pub use tilegen_arch::{CuLimits, Limiter};
 
-impl Limiter {
-    /// The limiter's name, as in the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Limiter::Waves => "waves",
-            Limiter::Vgprs => "vgprs",
-            Limiter::Sgprs => "sgprs",
-            Limiter::Lds => "lds",
-            Limiter::Barriers => "barriers",
-            Limiter::Workgroups => "workgroups",
-        }
+/// [`Limiter`] in reports and stored details: its name ([`Limiter::name`]).
+mod limiter_name {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use tilegen_arch::Limiter;
+
+    pub fn serialize<S: Serializer>(l: &Limiter, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(l.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Limiter, D::Error> {
+        let name = String::deserialize(d)?;
+        Limiter::from_name(&name).ok_or_else(|| {
+            D::Error::unknown_variant(
+                &name,
+                &["waves", "vgprs", "sgprs", "lds", "barriers", "workgroups"],
+            )
+        })
     }
 }
 
@@ -66,6 +58,7 @@ pub struct Occupancy {
     /// Resident workgroups per CU.
     pub workgroups_per_cu: u32,
     /// The binding limit.
+    #[serde(with = "limiter_name")]
     pub limiter: Limiter,
 }
 
@@ -91,123 +84,40 @@ pub fn occupancy(
     block: [u32; 3],
     dynamic_lds: u32,
 ) -> Result<Occupancy, TimingError> {
-    CuLimits::GFX950.occupancy(prog, block, dynamic_lds)
+    occupancy_on(&CuLimits::GFX950, prog, block, dynamic_lds)
 }
 
-/// What one CU holds, the limits occupancy is computed against. They are facts of the
-/// machine, not timing parameters: [`CuLimits::GFX950`] reads them from `tilegen_arch`, and
-/// the model predicts with it; another value shows what a limit gfx950 never reaches does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CuLimits {
-    /// SIMDs per CU.
-    pub simds: u32,
-    /// Wave slots per SIMD.
-    pub waves_per_simd: u32,
-    /// Unified VGPR+AGPR registers per lane and SIMD.
-    pub vgprs_per_lane: u32,
-    /// VGPR allocation granule.
-    pub vgpr_granule: u32,
-    /// SGPRs per SIMD.
-    pub sgprs_per_simd: u32,
-    /// SGPR allocation granule.
-    pub sgpr_granule: u32,
-    /// SGPRs a wave holds beyond the descriptor's count (VCC, flat scratch, XNACK).
-    pub extra_sgprs: u32,
-    /// LDS bytes per CU.
-    pub lds_bytes: u32,
-    /// LDS allocation granule in bytes.
-    pub lds_granule_bytes: u32,
-    /// Resident workgroups per CU.
-    pub workgroups: u32,
-    /// Resident workgroups with barriers (more than one wave) per CU.
-    pub barrier_workgroups: u32,
-}
-
-impl CuLimits {
-    /// A gfx950 CU.
-    pub const GFX950: CuLimits = CuLimits {
-        simds: tilegen_arch::SIMDS_PER_CU,
-        waves_per_simd: tilegen_arch::MAX_WAVES_PER_SIMD,
-        vgprs_per_lane: tilegen_arch::MAX_UNIFIED_VGPRS,
-        vgpr_granule: tilegen_arch::VGPR_ALLOC_GRANULE,
-        sgprs_per_simd: tilegen_arch::SGPRS_PER_SIMD,
-        sgpr_granule: tilegen_arch::SGPR_ALLOC_GRANULE,
-        extra_sgprs: tilegen_arch::EXTRA_SGPRS,
-        lds_bytes: tilegen_arch::LDS_BYTES_PER_CU,
-        lds_granule_bytes: tilegen_arch::LDS_GRANULE_BYTES,
-        workgroups: tilegen_arch::MAX_WORKGROUPS_PER_CU,
-        barrier_workgroups: tilegen_arch::MAX_BARRIER_WORKGROUPS_PER_CU,
-    };
-
-    /// The occupancy of `prog` on this CU launched with `block` work-items and `dynamic_lds`
-    /// bytes.
-    pub fn occupancy(
-        &self,
-        prog: &Program,
-        block: [u32; 3],
-        dynamic_lds: u32,
-    ) -> Result<Occupancy, TimingError> {
-        let kd = &prog.setup().descriptor;
-        let threads: u64 = block.iter().map(|&b| b as u64).product();
-        let waves = threads.div_ceil(u64::from(tilegen_arch::WAVE_SIZE)).max(1) as u32;
-        let align = |v: u64, a: u32| v.div_ceil(u64::from(a.max(1))) * u64::from(a.max(1));
-        let vgprs = align(kd.allocated_vgprs() as u64, self.vgpr_granule) as u32;
-        let sgprs = align(
-            ((kd.granulated_sgpr_count() as u64 + 1) * 8).min(106) + u64::from(self.extra_sgprs),
-            self.sgpr_granule,
-        ) as u32;
-        let lds = align(
-            kd.group_segment_fixed_size as u64 + dynamic_lds as u64,
-            self.lds_granule_bytes,
-        );
-        let max_waves = u64::from(self.waves_per_simd);
-        let by_vgpr = u64::from(self.vgprs_per_lane) / vgprs.max(1) as u64;
-        let by_sgpr = u64::from(self.sgprs_per_simd) / sgprs.max(1) as u64;
-        let mut waves_per_simd = max_waves;
-        let mut limiter = Limiter::Waves;
-        if by_vgpr < waves_per_simd {
-            waves_per_simd = by_vgpr;
-            limiter = Limiter::Vgprs;
-        }
-        if by_sgpr < waves_per_simd {
-            waves_per_simd = by_sgpr;
-            limiter = Limiter::Sgprs;
-        }
-        let simds = u64::from(self.simds.max(1));
-        let per_simd_needed = (waves as u64).div_ceil(simds);
-        let mut wgs = if per_simd_needed > waves_per_simd {
-            0
-        } else {
-            waves_per_simd * simds / waves as u64
-        };
-        let mut cap = |v: u64, l: Limiter| {
-            if v < wgs {
-                wgs = v;
-                limiter = l;
-            }
-        };
-        if let Some(by_lds) = u64::from(self.lds_bytes).checked_div(lds) {
-            cap(by_lds, Limiter::Lds);
-        }
-        if waves > 1 && uses_barrier(prog) {
-            cap(u64::from(self.barrier_workgroups), Limiter::Barriers);
-        }
-        cap(u64::from(self.workgroups), Limiter::Workgroups);
-        if wgs == 0 {
-            return Err(TimingError::DoesNotFit(format!(
-                "a workgroup of {waves} waves with {vgprs} VGPRs, {sgprs} SGPRs and {lds} bytes of LDS does not fit on a CU (limited by {limiter:?})"
-            )));
-        }
-        Ok(Occupancy {
-            waves_per_workgroup: waves,
-            vgprs,
-            sgprs,
-            lds_bytes: lds as u32,
-            waves_per_simd: waves_per_simd as u32,
-            workgroups_per_cu: wgs as u32,
-            limiter,
-        })
+/// The occupancy of `prog` on a CU of `limits` launched with `block` work-items and
+/// `dynamic_lds` bytes (the rule is tilegen-arch's [`CuLimits::occupancy`]).
+pub fn occupancy_on(
+    limits: &CuLimits,
+    prog: &Program,
+    block: [u32; 3],
+    dynamic_lds: u32,
+) -> Result<Occupancy, TimingError> {
+    let kd = &prog.setup().descriptor;
+    let r = limits.occupancy(&WorkgroupNeeds {
+        work_items: block.iter().map(|&b| u64::from(b)).product(),
+        vgprs: kd.allocated_vgprs(),
+        granulated_sgprs: kd.granulated_sgpr_count(),
+        lds_bytes: u64::from(kd.group_segment_fixed_size) + u64::from(dynamic_lds),
+        barrier: uses_barrier(prog),
+    });
+    if r.workgroups_per_cu == 0 {
+        return Err(TimingError::DoesNotFit(format!(
+            "a workgroup of {} waves with {} VGPRs, {} SGPRs and {} bytes of LDS does not fit on a CU (limited by {:?})",
+            r.waves_per_workgroup, r.vgprs, r.sgprs, r.lds_bytes, r.limiter
+        )));
     }
+    Ok(Occupancy {
+        waves_per_workgroup: r.waves_per_workgroup,
+        vgprs: r.vgprs,
+        sgprs: r.sgprs,
+        lds_bytes: r.lds_bytes as u32,
+        waves_per_simd: r.waves_per_simd,
+        workgroups_per_cu: r.workgroups_per_cu,
+        limiter: r.limiter,
+    })
 }
 
 /// How workgroups reach the simulated CUs.
@@ -427,16 +337,32 @@ mod tests {
     #[test]
     fn limiters_and_bounds_are_named_as_in_the_json_report() {
         use crate::Bound;
-        for l in [
-            Limiter::Waves,
-            Limiter::Vgprs,
-            Limiter::Sgprs,
-            Limiter::Lds,
-            Limiter::Barriers,
-            Limiter::Workgroups,
-        ] {
-            assert_eq!(serde_json::to_value(l).unwrap(), l.name());
+        for l in Limiter::ALL {
+            let o = Occupancy {
+                waves_per_workgroup: 4,
+                vgprs: 128,
+                sgprs: 32,
+                lds_bytes: 0,
+                waves_per_simd: 4,
+                workgroups_per_cu: 4,
+                limiter: l,
+            };
+            let v = serde_json::to_value(&o).unwrap();
+            assert_eq!(v["limiter"], l.name());
+            assert_eq!(serde_json::from_value::<Occupancy>(v).unwrap(), o);
         }
+        let mut v = serde_json::to_value(Occupancy {
+            waves_per_workgroup: 1,
+            vgprs: 8,
+            sgprs: 16,
+            lds_bytes: 0,
+            waves_per_simd: 8,
+            workgroups_per_cu: 32,
+            limiter: Limiter::Waves,
+        })
+        .unwrap();
+        v["limiter"] = "registers".into();
+        assert!(serde_json::from_value::<Occupancy>(v).is_err());
         for b in [
             Bound::Mfma,
             Bound::Lds,
@@ -474,7 +400,7 @@ mod tests {
         assert_eq!((o.waves_per_simd, o.workgroups_per_cu), (8, 32));
         // 256 unified VGPRs: 2 waves per SIMD; 4-wave workgroups: 2 per CU.
         let (_m, k) = prog(31, 0, &[ENDPGM]);
-        let o = p.occupancy(&k, [256, 1, 1], 0).unwrap();
+        let o = occupancy_on(&p, &k, [256, 1, 1], 0).unwrap();
         assert_eq!(
             (o.vgprs, o.waves_per_simd, o.workgroups_per_cu),
             (256, 2, 2)
@@ -482,7 +408,7 @@ mod tests {
         assert_eq!(o.limiter, Limiter::Vgprs);
         // 64 KB of LDS (+1 byte of dynamic LDS rounds up a granule): 2 per CU.
         let (_m, k) = prog(0, 65536, &[ENDPGM]);
-        let o = p.occupancy(&k, [256, 1, 1], 1).unwrap();
+        let o = occupancy_on(&p, &k, [256, 1, 1], 1).unwrap();
         assert_eq!(
             (o.lds_bytes, o.workgroups_per_cu, o.limiter),
             (66560, 2, Limiter::Lds)
@@ -490,15 +416,15 @@ mod tests {
         // Barriers cap multi-wave workgroups at 16 per CU and the CU holds 32 workgroups:
         // binding once SIMDs hold more than 8 waves, which gfx950's do not.
         let (_m, k) = prog(0, 0, &[BARRIER, ENDPGM]);
-        let o = p.occupancy(&k, [128, 1, 1], 0).unwrap();
+        let o = occupancy_on(&p, &k, [128, 1, 1], 0).unwrap();
         assert_eq!((o.workgroups_per_cu, o.limiter), (16, Limiter::Waves));
         let p16 = CuLimits {
             waves_per_simd: 16,
             ..p
         };
-        let o = p16.occupancy(&k, [128, 1, 1], 0).unwrap();
+        let o = occupancy_on(&p16, &k, [128, 1, 1], 0).unwrap();
         assert_eq!((o.workgroups_per_cu, o.limiter), (16, Limiter::Barriers));
-        let o = p16.occupancy(&k, [64, 1, 1], 0).unwrap();
+        let o = occupancy_on(&p16, &k, [64, 1, 1], 0).unwrap();
         assert_eq!(
             o.limiter,
             Limiter::Workgroups,
@@ -506,6 +432,6 @@ mod tests {
         );
         // 16 waves of 512 VGPRs do not fit.
         let (_m, k) = prog(63, 0, &[ENDPGM]);
-        assert!(p.occupancy(&k, [1024, 1, 1], 0).is_err());
+        assert!(occupancy_on(&p, &k, [1024, 1, 1], 0).is_err());
     }
 }

@@ -95,7 +95,7 @@ use tilegen_emu::exec::limits::Limits;
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 
-pub use gpu::{CuLimits, Limiter, Occupancy, occupancy};
+pub use gpu::{CuLimits, Limiter, Occupancy, occupancy, occupancy_on};
 pub use mem::MemoryReport;
 pub use params::{
     ClockParams, IssueParams, LdsParams, MfmaParams, Number, Param, ParamBound, Params,
@@ -272,7 +272,7 @@ pub fn predict(
     opts: &TimingOptions,
 ) -> Result<Prediction, TimingError> {
     params.validate()?;
-    let occ = CuLimits::GFX950.occupancy(prog, launch.block, launch.dynamic_lds)?;
+    let occ = occupancy(prog, launch.block, launch.dynamic_lds)?;
     let xcds = tilegen_arch::XCDS as usize;
     let cpx = tilegen_arch::CUS_PER_XCD as usize;
     let cap = occ.workgroups_per_cu as u64;

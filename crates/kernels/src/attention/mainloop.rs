@@ -403,10 +403,11 @@ impl<'k, 'ctx> CopyPlan<'k, 'ctx> {
         let mut loads = 0;
         for c in copies {
             if i64::from(c.rows) % rows_per_load != 0 {
-                return Err(DslError::Internal(format!(
-                    "a copy of {} rows is not whole loads of {rows_per_load} rows",
-                    c.rows
-                )));
+                return Err(DslError::NotMultiple {
+                    what: "a cache copy's rows",
+                    value: i64::from(c.rows),
+                    multiple: rows_per_load,
+                });
             }
             for i in 0..i64::from(c.rows) / rows_per_load {
                 let r = i64::from(c.dst_row) + i * rows_per_load;

@@ -219,10 +219,11 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for GatheredA<'k, 'ctx> {
         let k = ml.k();
         let row_bytes = steps * ml.step_bytes();
         if row_bytes != self.row_bytes {
-            return Err(DslError::Internal(format!(
-                "gathered A stages whole {}-byte tiles, not {row_bytes}",
-                self.row_bytes
-            )));
+            return Err(DslError::Unsupported {
+                what: "a gathered A stage's bytes per row",
+                expected: self.row_bytes,
+                found: row_bytes,
+            });
         }
         let bm = ml.spec.bm as i64;
         let lds = &ml.slots[slot];
@@ -279,9 +280,11 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for GatheredA<'k, 'ctx> {
         let k = ml.k();
         let kbs = steps * ml.k_blocks_per_step();
         if kbs % 4 != 0 {
-            return Err(DslError::Internal(format!(
-                "a stage of {kbs} scale blocks does not start on a dword"
-            )));
+            return Err(DslError::NotMultiple {
+                what: "a stage's scale blocks (a dword of scale bytes each)",
+                value: kbs,
+                multiple: 4,
+            });
         }
         // The K block of each MMA tile and step a lane supplies: an index view of the stage's
         // blocks partitioned as the scale operand.
