@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assemble, lld, llvm_mc, llvm_objdump, objdump, parse_objdump, require_tool, scratch};
+use common::{
+    assemble, link, lld, llvm_mc, llvm_objdump, objdump, parse_objdump, require_tool, scratch,
+};
 use tilegen_codeobj::{CodeObject, SymbolKind};
 use tilegen_emu::isa::{Encoding, Inst, decode_lenient};
 
@@ -41,18 +43,7 @@ fn build(src: &Path, dir: &Path, v5: bool) -> PathBuf {
     } else {
         assemble(src, &obj);
     }
-    let o = Command::new(lld())
-        .arg("-shared")
-        .arg(&obj)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("ld.lld");
-    assert!(
-        o.status.success(),
-        "ld.lld: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    link(&obj, &out);
     out
 }
 

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod child;
+pub mod kernels;
 pub mod llvm;
 mod zoo;
 

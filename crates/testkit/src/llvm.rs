@@ -55,3 +55,21 @@ pub fn assemble(src: &Path, obj: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Links a relocatable object into a code object with `ld.lld -shared`, as the toolchain
+/// does for HSA.
+pub fn link(obj: &Path, out: &Path) {
+    let o = Command::new(lld())
+        .arg("-shared")
+        .arg(obj)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("run ld.lld");
+    assert!(
+        o.status.success(),
+        "ld.lld failed on {}: {}",
+        obj.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

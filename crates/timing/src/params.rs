@@ -1144,36 +1144,16 @@ mod tests {
 
     /// A small kernel that uses every unit the parameters time: a scalar load of the kernel
     /// argument, LDS writes and reads around a barrier, VALU and SALU, a global store and a
-    /// global load (the EXCHANGE kernel of the launch tests, with the load added). Each
-    /// workgroup of a [3, Y] grid writes its own 512 bytes of `out`.
-    const KERNEL: &[u32] = &[
-        0xc0060100, 0x00000000, // s_load_dwordx2 s[4:5], s[0:1], 0x0
-        0x260200ff, 0x000003ff, // v_and_b32_e32 v1, 0x3ff, v0
-        0x24040282, // v_lshlrev_b32_e32 v2, 2, v1
-        0xd81a0000, 0x00000102, // ds_write_b32 v2, v1
-        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
-        0xbf8a0000, // s_barrier
-        0x6a0602ff, 0x0000007f, // v_sub_u32_e32 v3, 0x7f, v1
-        0x24060682, // v_lshlrev_b32_e32 v3, 2, v3
-        0xd86c0000, 0x04000003, // ds_read_b32 v4, v3
-        0x9206ff03, 0x000f4240, // s_mul_i32 s6, s3, 0xf4240
-        0x9207ff02, 0x000003e8, // s_mul_i32 s7, s2, 0x3e8
-        0x80060706, // s_add_u32 s6, s6, s7
-        0xbf8cc07f, // s_waitcnt lgkmcnt(0)
-        0x68080806, // v_add_u32_e32 v4, s6, v4
-        0x92088303, // s_mul_i32 s8, s3, 3
-        0x80080208, // s_add_u32 s8, s8, s2
-        0x8e088708, // s_lshl_b32 s8, s8, 7
-        0x680a0208, // v_add_u32_e32 v5, s8, v1
-        0x240a0a82, // v_lshlrev_b32_e32 v5, 2, v5
-        0xbf8c0070, // s_waitcnt vmcnt(0) lgkmcnt(0)
-        0xdc708000, 0x00040405, // global_store_dword v5, v4, s[4:5]
-        0xdc508000, 0x06040005, // global_load_dword v6, v5, s[4:5]
-        0xbf8c0f70, // s_waitcnt vmcnt(0)
-        0xbf810000, // s_endpgm
-    ];
+    /// global load (the testkit's exchange kernel with the load added). Each workgroup of a
+    /// [3, Y] grid writes its own 512 bytes of `out`.
+    fn kernel_code() -> Vec<u8> {
+        tilegen_testkit::kernels::exchange(&[
+            0xdc508000, 0x06040005, // global_load_dword v6, v5, s[4:5]
+            0xbf8c0f70, // s_waitcnt vmcnt(0)
+        ])
+    }
 
-    /// `KERNEL` loaded into `mem`: kernarg pointer in s[0:1], workgroup ids x and y in s2
+    /// [`kernel_code`] loaded into `mem`: kernarg pointer in s[0:1], workgroup ids x and y in s2
     /// and s3, 512 bytes of LDS.
     fn small_kernel(mem: &mut DeviceMemory) -> Program {
         let mut kd = [0u8; 64];
@@ -1181,11 +1161,10 @@ mod tests {
         kd[8..12].copy_from_slice(&8u32.to_le_bytes());
         kd[52..56].copy_from_slice(&((2u32 << 1) | (1 << 7) | (1 << 8)).to_le_bytes());
         kd[56..58].copy_from_slice(&8u16.to_le_bytes());
-        let code: Vec<u8> = KERNEL.iter().flat_map(|w| w.to_le_bytes()).collect();
-        Program::load_code(mem, "k", &code, KernelSetup::from_descriptor(&kd)).unwrap()
+        Program::load_code(mem, "k", &kernel_code(), KernelSetup::from_descriptor(&kd)).unwrap()
     }
 
-    /// Predicts `KERNEL` on a grid of 3 x `rows` workgroups of `waves` waves under `params`.
+    /// Predicts [`kernel_code`] on a grid of 3 x `rows` workgroups of `waves` waves under `params`.
     fn predict_small(
         params: &Params,
         rows: u32,

@@ -3,12 +3,11 @@
 //! `s_waitcnt vmcnt(0)`, monotonic properties, the sampled method against a full
 //! simulation, the time budget of a full-size launch, and the trace.
 
-use std::process::Command;
 use std::time::Instant;
 
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::{DeviceMemory, Program};
-use tilegen_testkit::llvm::{assemble, lld, llvm_mc, require_tool, scratch};
+use tilegen_testkit::llvm::{assemble, link, lld, llvm_mc, require_tool, scratch};
 use tilegen_timing::{
     self as timing, CrossXcd, Method, Params, Prediction, Reason, TimingLaunch, TimingOptions,
     TraceOptions,
@@ -28,18 +27,7 @@ fn kernel(name: &str, body: &str, lds: u32) -> (DeviceMemory, Program) {
     );
     std::fs::write(&src, text).expect("write kernel source");
     assemble(&src, &obj);
-    let o = Command::new(lld())
-        .arg("-shared")
-        .arg(&obj)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run ld.lld");
-    assert!(
-        o.status.success(),
-        "ld.lld: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    link(&obj, &out);
     let bytes = std::fs::read(&out).expect("read code object");
     let co = CodeObject::parse(&bytes).expect("parse code object");
     let mut mem = DeviceMemory::new();

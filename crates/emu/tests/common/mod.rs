@@ -7,7 +7,7 @@ use std::process::Command;
 
 // Each test crate uses some of these.
 #[allow(unused_imports)]
-pub use tilegen_testkit::llvm::{lld, llvm_mc, llvm_objdump, require_tool, scratch};
+pub use tilegen_testkit::llvm::{link, lld, llvm_mc, llvm_objdump, require_tool, scratch};
 
 /// One instruction line of `llvm-objdump -d`.
 #[derive(Clone, Debug)]
