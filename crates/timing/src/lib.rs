@@ -74,6 +74,7 @@
 
 #![deny(missing_docs)]
 
+mod band;
 mod census;
 mod cu;
 pub mod docs;
@@ -95,6 +96,7 @@ use tilegen_emu::exec::limits::Limits;
 use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 
+pub use band::{ErrorBand, HELD_OUT_ERROR};
 pub use gpu::{CuLimits, Limiter, Occupancy, occupancy, occupancy_on};
 pub use mem::MemoryReport;
 pub use params::{

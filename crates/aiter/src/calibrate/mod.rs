@@ -21,9 +21,10 @@ mod report;
 mod roofline;
 
 use std::error::Error;
+use std::path::Path;
 
 pub use model::{KExtrapolation, ModelRun, TimingModel, thread_cpu_seconds};
-pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange};
+pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange, Regime};
 pub use roofline::{Roofline, RooflineTerms};
 
 use crate::corpus::Corpus;
@@ -49,6 +50,9 @@ pub enum Set {
     Calibration,
     /// Predictors are judged on these rows.
     HeldOut,
+    /// MI355X-measured rows of another table of AITER's (shapes the wheel's table lacks, the
+    /// same kernels): held out whatever their kernel, never fitted on, reported on their own.
+    Extra,
 }
 
 impl Set {
@@ -66,6 +70,7 @@ impl Set {
         match self {
             Set::Calibration => "calibration",
             Set::HeldOut => "held-out",
+            Set::Extra => "extra",
         }
     }
 }
@@ -76,6 +81,7 @@ pub struct CalibrationRow {
     row: TableRow,
     kernel: F4GemmKernel,
     set: Set,
+    workgroups: u64,
 }
 
 impl CalibrationRow {
@@ -92,6 +98,23 @@ impl CalibrationRow {
     /// Its side of the split.
     pub fn set(&self) -> Set {
         self.set
+    }
+
+    /// Workgroups of its launch (0 when the launch cannot be built; predicting it then fails
+    /// with the reason).
+    pub fn workgroups(&self) -> u64 {
+        self.workgroups
+    }
+
+    fn new(row: TableRow, kernel: F4GemmKernel, set: Set) -> CalibrationRow {
+        let workgroups = launch_for_row(&row, &kernel)
+            .map_or(0, |l| l.grid().iter().map(|&g| u64::from(g)).product());
+        CalibrationRow {
+            row,
+            kernel,
+            set,
+            workgroups,
+        }
     }
 }
 
@@ -113,8 +136,21 @@ pub fn describe_row(
 /// The MI355X rows of the tuned table that use an asm kernel, with their kernels and sets, in
 /// table order. A row naming a kernel the index lacks is an error.
 pub fn calibration_rows(corpus: &Corpus) -> Result<Vec<CalibrationRow>, AiterError> {
-    corpus
-        .tuned_table()?
+    asm_rows(corpus, corpus.tuned_table()?, Set::of)
+}
+
+/// The MI355X asm-kernel rows of another AITER tuning table of the same columns (a `gfx`
+/// column and others are ignored), all [`Set::Extra`]; the kernels come from the corpus.
+pub fn extra_rows(corpus: &Corpus, table: &Path) -> Result<Vec<CalibrationRow>, AiterError> {
+    asm_rows(corpus, crate::table::parse_tuned(table)?, |_| Set::Extra)
+}
+
+fn asm_rows(
+    corpus: &Corpus,
+    table: Vec<TableRow>,
+    set: impl Fn(&F4GemmKernel) -> Set,
+) -> Result<Vec<CalibrationRow>, AiterError> {
+    table
         .into_iter()
         .filter(|r| r.cu_num() == MI355X_CUS && r.uses_asm_kernel())
         .map(|row| {
@@ -124,11 +160,7 @@ pub fn calibration_rows(corpus: &Corpus) -> Result<Vec<CalibrationRow>, AiterErr
                     symbol: row.kernel_name().to_string(),
                 })?
                 .clone();
-            Ok(CalibrationRow {
-                set: Set::of(&kernel),
-                row,
-                kernel,
-            })
+            Ok(CalibrationRow::new(row, kernel.clone(), set(&kernel)))
         })
         .collect()
 }
@@ -181,11 +213,7 @@ pub(crate) mod tests {
 
     /// A calibration row for tests.
     pub(crate) fn crow(m: u32, n: u32, k: u32, us: f64, kernel: &F4GemmKernel) -> CalibrationRow {
-        CalibrationRow {
-            row: row(m, n, k, us, kernel),
-            kernel: kernel.clone(),
-            set: Set::of(kernel),
-        }
+        CalibrationRow::new(row(m, n, k, us, kernel), kernel.clone(), Set::of(kernel))
     }
 
     #[test]

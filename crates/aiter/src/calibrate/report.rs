@@ -55,6 +55,61 @@ impl MRange {
     }
 }
 
+/// The launch-size and duration regimes errors are reported by: where a model's biases show
+/// (a lone workgroup's latency, a partly filled GPU, many rounds; short and long kernels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Regime {
+    /// At most 16 workgroups.
+    Workgroups16,
+    /// 17 to 64 workgroups.
+    Workgroups64,
+    /// 65 to 256 workgroups (at most one per CU).
+    Workgroups256,
+    /// More than 256 workgroups.
+    WorkgroupsMore,
+    /// Measured under 10 µs.
+    Under10us,
+    /// Measured over 200 µs.
+    Over200us,
+}
+
+impl Regime {
+    /// Every regime.
+    pub const ALL: [Regime; 6] = [
+        Regime::Workgroups16,
+        Regime::Workgroups64,
+        Regime::Workgroups256,
+        Regime::WorkgroupsMore,
+        Regime::Under10us,
+        Regime::Over200us,
+    ];
+
+    /// Whether `row` is in the regime.
+    pub fn contains(self, row: &CalibrationRow) -> bool {
+        let (wg, us) = (row.workgroups(), row.row().us());
+        match self {
+            Regime::Workgroups16 => (1..=16).contains(&wg),
+            Regime::Workgroups64 => (17..=64).contains(&wg),
+            Regime::Workgroups256 => (65..=256).contains(&wg),
+            Regime::WorkgroupsMore => wg > 256,
+            Regime::Under10us => us < 10.0,
+            Regime::Over200us => us > 200.0,
+        }
+    }
+
+    /// `wg<=16`, `wg 17..64`, ...
+    pub fn label(self) -> &'static str {
+        match self {
+            Regime::Workgroups16 => "wg<=16",
+            Regime::Workgroups64 => "wg 17..64",
+            Regime::Workgroups256 => "wg 65..256",
+            Regime::WorkgroupsMore => "wg>256",
+            Regime::Under10us => "<10us",
+            Regime::Over200us => ">200us",
+        }
+    }
+}
+
 /// A group of rows errors are summarised over (within one [`Set`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Group {
@@ -62,6 +117,8 @@ pub enum Group {
     All,
     /// The rows in an M range.
     M(MRange),
+    /// The rows of a launch-size or duration regime.
+    Regime(Regime),
     /// The rows of one kernel (its tile label).
     Kernel(String),
 }
@@ -72,6 +129,7 @@ impl Group {
         match self {
             Group::All => "all".into(),
             Group::M(r) => r.label().into(),
+            Group::Regime(r) => r.label().into(),
             Group::Kernel(k) => format!("kernel {k}"),
         }
     }
@@ -80,6 +138,7 @@ impl Group {
         match self {
             Group::All => true,
             Group::M(r) => MRange::of(row.row().m()) == *r,
+            Group::Regime(r) => r.contains(row),
             Group::Kernel(k) => row.kernel().tile_label() == *k,
         }
     }
@@ -92,25 +151,31 @@ pub struct ErrorStats {
     failed: usize,
     median: f64,
     p90: f64,
+    signed_median: f64,
 }
 
 impl ErrorStats {
-    /// The statistics of `errors` (absolute relative errors) plus `failed` rows without a
-    /// prediction; the quantiles are nearest-rank (NaN when no row was predicted).
-    pub fn new(mut errors: Vec<f64>, failed: usize) -> Self {
-        errors.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            if errors.is_empty() {
+    /// The statistics of `errors` (signed relative errors, `(predicted - measured) /
+    /// measured`) plus `failed` rows without a prediction; the quantiles are nearest-rank (NaN
+    /// when no row was predicted).
+    pub fn new(errors: Vec<f64>, failed: usize) -> Self {
+        let q = |sorted: &[f64], p: f64| {
+            if sorted.is_empty() {
                 return f64::NAN;
             }
-            let rank = (p * errors.len() as f64).ceil() as usize;
-            errors[rank.clamp(1, errors.len()) - 1]
+            let rank = (p * sorted.len() as f64).ceil() as usize;
+            sorted[rank.clamp(1, sorted.len()) - 1]
         };
+        let mut signed = errors;
+        signed.sort_by(f64::total_cmp);
+        let mut abs: Vec<f64> = signed.iter().map(|e| e.abs()).collect();
+        abs.sort_by(f64::total_cmp);
         ErrorStats {
-            rows: errors.len(),
+            rows: abs.len(),
             failed,
-            median: q(0.5),
-            p90: q(0.9),
+            median: q(&abs, 0.5),
+            p90: q(&abs, 0.9),
+            signed_median: q(&signed, 0.5),
         }
     }
 
@@ -132,6 +197,11 @@ impl ErrorStats {
     /// 90th percentile of the absolute relative error.
     pub fn p90(&self) -> f64 {
         self.p90
+    }
+
+    /// Median of the signed relative error: positive when the predictor is too slow.
+    pub fn signed_median(&self) -> f64 {
+        self.signed_median
     }
 }
 
@@ -172,9 +242,9 @@ pub struct Evaluation {
     columns: Vec<Column>,
 }
 
-/// `|predicted - measured| / measured`.
-fn abs_rel_error(predicted: f64, measured: f64) -> f64 {
-    (predicted - measured).abs() / measured
+/// `(predicted - measured) / measured`.
+fn rel_error(predicted: f64, measured: f64) -> f64 {
+    (predicted - measured) / measured
 }
 
 impl Evaluation {
@@ -232,7 +302,7 @@ impl Evaluation {
                     continue;
                 }
                 match pred {
-                    Ok(us) => errors.push(abs_rel_error(*us, r.row().us())),
+                    Ok(us) => errors.push(rel_error(*us, r.row().us())),
                     Err(_) => failed += 1,
                 }
             }
@@ -244,7 +314,7 @@ impl Evaluation {
     /// kernel (by tile, in index order of first appearance sorted by tile).
     pub fn groups(&self, p: usize) -> Vec<GroupStats> {
         let mut out = Vec::new();
-        for set in [Set::Calibration, Set::HeldOut] {
+        for set in [Set::Calibration, Set::HeldOut, Set::Extra] {
             let mut kernels: Vec<(u32, u32)> = self
                 .rows
                 .iter()
@@ -256,6 +326,7 @@ impl Evaluation {
             kernels.sort();
             let groups = std::iter::once(Group::All)
                 .chain(MRange::ALL.map(Group::M))
+                .chain(Regime::ALL.map(Group::Regime))
                 .chain(
                     kernels
                         .into_iter()
@@ -281,23 +352,31 @@ impl Evaluation {
                 format!("{:.1}%", 100.0 * v)
             }
         };
+        let signed = |v: f64| {
+            if v.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:+.1}%", 100.0 * v)
+            }
+        };
         for (p, col) in self.columns.iter().enumerate() {
             let _ = writeln!(s, "{}", col.summary);
             let _ = writeln!(
                 s,
-                "  {:<12} {:<16} {:>5} {:>7} {:>9} {:>9}",
-                "set", "group", "rows", "failed", "median", "p90"
+                "  {:<12} {:<16} {:>5} {:>7} {:>9} {:>9} {:>9}",
+                "set", "group", "rows", "failed", "median", "p90", "signed"
             );
             for g in self.groups(p) {
                 let _ = writeln!(
                     s,
-                    "  {:<12} {:<16} {:>5} {:>7} {:>9} {:>9}",
+                    "  {:<12} {:<16} {:>5} {:>7} {:>9} {:>9} {:>9}",
                     g.set.label(),
                     g.group.label(),
                     g.stats.rows(),
                     g.stats.failed(),
                     pct(g.stats.median()),
-                    pct(g.stats.p90())
+                    pct(g.stats.p90()),
+                    signed(g.stats.signed_median())
                 );
             }
             if let Some((i, Err(e))) = col.predictions.iter().enumerate().find(|(_, r)| r.is_err())
@@ -346,8 +425,8 @@ impl Evaluation {
                     continue;
                 }
                 if let (Ok(pa), Ok(pb)) = (&ca.predictions[i], &cb.predictions[i]) {
-                    ea.push(abs_rel_error(*pa, r.row().us()));
-                    eb.push(abs_rel_error(*pb, r.row().us()));
+                    ea.push(rel_error(*pa, r.row().us()));
+                    eb.push(rel_error(*pb, r.row().us()));
                 }
             }
             let (sa, sb) = (ErrorStats::new(ea, 0), ErrorStats::new(eb, 0));
@@ -478,6 +557,7 @@ impl Evaluation {
                 let style = match set {
                     Set::Calibration => color.filled(),
                     Set::HeldOut => color.stroke_width(2),
+                    Set::Extra => color.stroke_width(1),
                 };
                 let mine = points.iter().filter(|(_, _, r)| {
                     r.kernel().tile_m() == tm && r.kernel().tile_n() == tn && r.set() == set
@@ -580,6 +660,9 @@ mod tests {
         );
         let s = ErrorStats::new(vec![3.0], 0);
         assert_eq!((s.median(), s.p90()), (3.0, 3.0));
+        // Signed errors: the median of the magnitudes, the median of the signs kept.
+        let s = ErrorStats::new(vec![-0.3, -0.2, 0.1], 0);
+        assert_eq!((s.median(), s.p90(), s.signed_median()), (0.2, 0.3, -0.2));
         assert!(ErrorStats::new(vec![], 1).median().is_nan());
     }
 
@@ -613,14 +696,27 @@ mod tests {
                 "calibration all",
                 "calibration M<=16",
                 "calibration M 257..2048",
+                "calibration wg<=16",
+                "calibration wg 17..64",
+                "calibration <10us",
                 "calibration kernel 32x128",
                 "held-out all",
                 "held-out M<=16",
                 "held-out M 17..256",
                 "held-out M>2048",
+                "held-out wg<=16",
+                "held-out <10us",
                 "held-out kernel 256x256",
             ]
         );
+        // Twice the time: +100% signed, whatever the group.
+        assert!(
+            groups
+                .iter()
+                .filter(|g| g.stats().rows() > 0)
+                .all(|g| g.stats().signed_median() == 1.0)
+        );
+        assert_eq!(rows[1].workgroups(), 10 * 2);
         let table = eval.table();
         assert!(table.contains("100.0%"), "{table}");
         assert!(table.contains("no M = 7"), "{table}");
