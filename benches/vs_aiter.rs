@@ -474,11 +474,13 @@ fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
 fn markdown(lines: &[Line], params: &Params) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
+    let band = tilegen::timing::HELD_OUT_ERROR;
     let _ = writeln!(
         s,
-        "tilegen vs AITER on the MI355X timing model (clock {:.3} GHz under MFMA load, HBM {:.0} GB/s); ratio = AITER us / tilegen us\n",
+        "tilegen vs AITER on the MI355X timing model (clock {:.3} GHz under MFMA load, HBM {:.0} GB/s); ratio = AITER us / tilegen us, each ratio within the model's held-out error {} marked `tie`\n",
         params.clock.mfma_sustained_ghz.get(),
-        params.vmem.hbm_gbs.get()
+        params.vmem.hbm_gbs.get(),
+        band.label()
     );
     let _ = writeln!(
         s,
@@ -492,7 +494,7 @@ fn markdown(lines: &[Line], params: &Params) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.2} | {}, {:.0}% | {} split 2^{} | {} | {:.2} | {}, {:.0}% | {} | {:.2} |",
+            "| {} | {} | {} | {:.2} | {}, {:.0}% | {} split 2^{} | {} | {:.2} | {}, {:.0}% | {} | {:.2} ±{:.2}{} |",
             l.m,
             l.n,
             l.k,
@@ -506,7 +508,9 @@ fn markdown(lines: &[Line], params: &Params) -> String {
             l.aiter.bound,
             100.0 * l.aiter.mfma_busy,
             table,
-            l.ratio
+            l.ratio,
+            l.ratio * band.median,
+            if band.ties(1.0, l.ratio) { " tie" } else { "" }
         );
     }
     let all = geomean(lines.iter().map(|l| l.ratio));
@@ -518,8 +522,11 @@ fn markdown(lines: &[Line], params: &Params) -> String {
         .unwrap_or_default();
     let _ = writeln!(
         s,
-        "\ngeometric-mean ratio: {all:.3} over {} shapes (goal >= 1.0), {small:.3} over M <= 16 (goal >= 1.2); lowest {min} (goal >= 0.8)",
-        lines.len()
+        "\ngeometric-mean ratio: {all:.3} over {} shapes (goal >= 1.0), {small:.3} over M <= 16 (goal >= 1.2); lowest {min} (goal >= 0.8); the model's held-out error {} over {} rows: {} of the shapes are ties within it",
+        lines.len(),
+        band.label(),
+        band.rows,
+        lines.iter().filter(|l| band.ties(1.0, l.ratio)).count()
     );
     let _ = writeln!(s, "\ntilegen's specs:");
     for l in lines {

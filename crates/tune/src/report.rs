@@ -37,6 +37,11 @@ pub struct ShapeReport {
     pub measured: u64,
     /// Configurations that failed on it.
     pub failed: u64,
+    /// How much slower the runner-up is than the best (`runner-up us / best us - 1`).
+    pub margin: Option<f64>,
+    /// Ranked by the model and the margin is inside its held-out error
+    /// ([`tilegen_timing::HELD_OUT_ERROR`]): the evidence does not tell the two apart.
+    pub within_band: bool,
 }
 
 /// Groups `rows` (a database's `results`) by shape and source, best first. With `source`, only
@@ -70,6 +75,16 @@ pub fn per_shape(rows: &[Row], source: Option<By>) -> Vec<ShapeReport> {
                 .then(a.cache_key.cmp(&b.cache_key))
         });
         let Some(best) = ok.first() else { continue };
+        let runner_up = ok.get(1).map(|r| (*r).clone());
+        let margin = match (best.us, runner_up.as_ref().and_then(|r| r.us)) {
+            (Some(b), Some(r)) if (r / b).is_finite() => Some(r / b - 1.0),
+            _ => None,
+        };
+        let within_band = source == By::Model
+            && match (best.us, runner_up.as_ref().and_then(|r| r.us)) {
+                (Some(b), Some(r)) => tilegen_timing::HELD_OUT_ERROR.ties(b, r),
+                _ => false,
+            };
         let default_key = KernelSpec::preb()
             .out_dtype(best.spec.out_dtype)
             .cache_key();
@@ -77,13 +92,15 @@ pub fn per_shape(rows: &[Row], source: Option<By>) -> Vec<ShapeReport> {
             shape,
             source,
             best: (*best).clone(),
-            runner_up: ok.get(1).map(|r| (*r).clone()),
+            runner_up,
             default: ok
                 .iter()
                 .find(|r| r.cache_key == default_key)
                 .map(|r| (*r).clone()),
             measured: ok.len() as u64,
             failed,
+            margin,
+            within_band,
         });
     }
     out
@@ -132,23 +149,48 @@ fn axis(values: &[f64]) -> (f64, f64) {
     (min, max)
 }
 
-/// The reports as a Markdown table.
+/// The reports as a Markdown table. Model-ranked ratios carry the model's held-out error
+/// band, and a best whose margin over the runner-up is inside it is marked `(tie)`.
 pub fn markdown(reports: &[ShapeReport]) -> String {
-    let mut s = String::from(
-        "| M | N | K | source | best kernel | µs | TFLOP/s | runner-up TFLOP/s | default TFLOP/s | vs default | measured | failed |\n|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
+    let band = tilegen_timing::HELD_OUT_ERROR;
+    let mut s = String::new();
+    if reports.iter().any(|r| r.source == By::Model) {
+        s += &format!(
+            "Model-ranked rows: the timing model's error on held-out MI355X measurements is {} over {} rows; a margin or ratio inside it is not a win.\n\n",
+            band.label(),
+            band.rows
+        );
+    }
+    s += "| M | N | K | source | best kernel | µs | TFLOP/s | runner-up TFLOP/s | margin | default TFLOP/s | vs default | measured | failed |\n|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     // A rate that is not a finite non-negative number is shown as unknown.
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite() && *x >= 0.0)
             .map_or("-".to_string(), |x| num(x, 1))
     };
     for r in reports {
+        let model = r.source == By::Model;
         let vs = match (r.best.us, r.default.as_ref().and_then(|d| d.us)) {
-            (Some(b), Some(d)) if (d / b).is_finite() => format!("{}x", num(d / b, 2)),
+            (Some(b), Some(d)) if (d / b).is_finite() => format!(
+                "{}x{}",
+                num(d / b, 2),
+                if model {
+                    format!(" ±{:.0}%", 100.0 * band.median)
+                } else {
+                    String::new()
+                }
+            ),
             _ => "-".into(),
         };
+        let margin = match r.margin {
+            Some(m) => format!(
+                "{:+.1}%{}",
+                100.0 * m,
+                if r.within_band { " (tie)" } else { "" }
+            ),
+            None => "-".into(),
+        };
         s += &format!(
-            "| {} | {} | {} | {} | `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.shape.m,
             r.shape.n,
             r.shape.k,
@@ -157,6 +199,7 @@ pub fn markdown(reports: &[ShapeReport]) -> String {
             r.best.us.map_or("-".to_string(), |t| num(t, 2)),
             f(r.best.tflops),
             f(tflops(r.runner_up.as_ref())),
+            margin,
             f(tflops(r.default.as_ref())),
             vs,
             r.measured,
@@ -375,16 +418,47 @@ mod tests {
         assert_eq!(shapes, odd.len());
         let svg = svg.unwrap();
         assert!(svg.contains("<svg") && svg.contains("t&lt;&amp;&gt;"));
+        let table: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
         // Only finite positive times rank.
-        for line in md.lines().skip(2) {
+        for line in table.iter().skip(2) {
             assert!(!line.contains("NaN") && !line.contains("inf"), "{line}");
         }
         // One row per shape; a kernel name's separators cannot make more rows or cells.
         let records = csv.lines().filter(|l| l.starts_with("gfx950,")).count();
         assert_eq!(records, odd.len(), "{csv}");
         assert!(!csv.contains("NaN") && !csv.contains("inf"), "{csv}");
-        assert_eq!(md.lines().count(), 2 + odd.len(), "{md}");
-        assert!(md.lines().all(|l| l.matches('|').count() == 13), "{md}");
+        assert_eq!(table.len(), 2 + odd.len(), "{md}");
+        assert!(table.iter().all(|l| l.matches('|').count() == 14), "{md}");
+    }
+
+    /// A model-ranked best whose margin over the runner-up is inside the model's held-out
+    /// error is marked a tie; a device-measured one never is (its spread is its own).
+    #[test]
+    fn margins_inside_the_model_band_are_ties() {
+        let rows = vec![
+            row(16, "a", Some(100.0), Some(1.0)),
+            row(16, "b", Some(105.0), Some(1.0)),
+            row(32, "a", Some(100.0), Some(1.0)),
+            row(32, "b", Some(120.0), Some(1.0)),
+        ];
+        let reports = per_shape(&rows, None);
+        let tie: Vec<(u32, bool)> = reports.iter().map(|r| (r.shape.m, r.within_band)).collect();
+        assert_eq!(tie, [(16, true), (32, false)]);
+        assert!((reports[0].margin.unwrap() - 0.05).abs() < 1e-12);
+        let md = markdown(&reports);
+        assert!(
+            md.contains("+5.0% (tie)") && md.contains("+20.0% |"),
+            "{md}"
+        );
+        assert!(md.contains(&tilegen_timing::HELD_OUT_ERROR.label()), "{md}");
+        let measured: Vec<Row> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.source = By::Device;
+                r
+            })
+            .collect();
+        assert!(per_shape(&measured, None).iter().all(|r| !r.within_band));
     }
 
     #[test]

@@ -440,8 +440,18 @@ fn sweep_cmd(a: RunArgs) -> Result<()> {
             b.us,
             b.tflops,
             b.kernel,
-            b.vs_default
-                .map_or(String::new(), |v| format!("  ({v:.2}x the default)"))
+            b.vs_default.map_or(String::new(), |v| {
+                if by == By::Model {
+                    let band = tilegen::timing::HELD_OUT_ERROR;
+                    format!(
+                        "  ({v:.2}x the default, model error {}{})",
+                        band.label(),
+                        if band.ties(1.0, v) { ": a tie" } else { "" }
+                    )
+                } else {
+                    format!("  ({v:.2}x the default)")
+                }
+            })
         );
     }
     println!("  database: {}", a.db.display());
@@ -488,6 +498,7 @@ fn report_cmd(a: ReportArgs) -> Result<()> {
                     "m": r.shape.m, "n": r.shape.n, "k": r.shape.k, "source": r.source,
                     "kernel": r.best.kernel, "us": r.best.us, "tflops": r.best.tflops,
                     "runner_up_tflops": r.runner_up.as_ref().and_then(|x| x.tflops),
+                    "margin": r.margin, "within_model_error": r.within_band,
                     "default_tflops": r.default.as_ref().and_then(|x| x.tflops),
                 })).collect::<Vec<_>>(),
             }))?
