@@ -44,10 +44,35 @@
 //! cold caches). The error of the method against a full simulation is measured by a test on
 //! mid-size grids.
 //!
+//! Repeating XCD 0's first round assumes every round and every XCD does the same work;
+//! grids whose workgroups past a bound exit at once, or whose first rows hold all the work,
+//! break that. So before it samples, [`Method::Rounds`] surveys the grid (`classes.rs`): it
+//! runs the workgroups functionally (writes discarded) and records whether each ended and
+//! how many wave-instructions it executed, within a budget of about 16 million
+//! wave-instructions in all (a fifth of a second of one core): each pass gives every
+//! workgroup still running an equal share of what is left, so small grids and grids of early
+//! exits run to their end, while a large grid of long workgroups runs only its first few
+//! hundred instructions a wave, which tells the early exits from the rest but not longer
+//! loops from shorter ones. Counts within 5% are one class (wider bins keep at most 4 classes;
+//! a workgroup's time then scales with its count within its class). A grid of one class
+//! takes the rounds above unchanged. A grid of several simulates one round of each class on
+//! XCD 0 (the class's first workgroups dealt to the XCDs as a grid of that class alone would
+//! be, with that round's census and shares): the round's length is the time a workgroup of
+//! the class holds its CU slot. A list schedule of the whole grid then deals workgroup `i` to
+//! XCD `i mod 8`, where each of the XCD's slots (CUs times the workgroups a CU holds) takes
+//! the next workgroup as it frees; the kernel ends at the last workgroup's end plus the HBM
+//! drain its class's round saw. What this leaves out: a class's round runs alongside
+//! workgroups of its own class only (the bandwidth the others use meanwhile is not shared
+//! out), the per-workgroup means of the report (MFMA busy, HBM bandwidth) average the
+//! simulated rounds without weighting them by their classes' sizes, and a kernel whose work
+//! depends on what other workgroups wrote (the survey discards writes) is classed by what it
+//! does without them.
+//!
 //! # How the code is laid out
 //! [`predict`] checks the parameters, takes the occupancy ([`occupancy`]) and prepares the
 //! launch through the emulator's executor, then hands over to the sampler (`sample.rs`:
-//! [`Method::Full`] or [`Method::Rounds`], each round's census (`census.rs`) and the
+//! [`Method::Full`] or [`Method::Rounds`], each round's census (`census.rs`), the survey
+//! that classes the workgroups and the list schedule of the classes (`classes.rs`), and the
 //! extrapolation of the rounds to the kernel), which runs simulations (`gpu.rs`: dispatch
 //! and the event loop over the CUs; `cu.rs`: a CU's waves and issue arbiter). Each unit of a
 //! CU that serves instructions (VALU, matrix core, LDS ports, texture addresser, SALU, SMEM,
@@ -76,6 +101,7 @@
 
 mod band;
 mod census;
+mod classes;
 mod cu;
 pub mod docs;
 mod gpu;
@@ -153,6 +179,10 @@ pub struct TimingOptions {
     /// [`Method::Rounds`]: how the simulation of XCD 0 learns which of its lines the other
     /// XCDs load too.
     pub cross_xcd: CrossXcd,
+    /// [`Method::Rounds`]: survey the grid functionally first and, when its workgroups do
+    /// unequal work, simulate a round of each class and list-schedule the grid (false: assume
+    /// every round of every XCD does the work of XCD 0's first).
+    pub classes: bool,
 }
 
 /// How a sampled simulation ([`Method::Rounds`], which runs XCD 0 alone) accounts for the
@@ -187,6 +217,8 @@ impl Default for CrossXcd {
 #[derive(Clone, Debug, PartialEq)]
 pub struct XcdShares {
     rounds: Vec<(u64, census::Census)>,
+    /// The census of each class's round, when the grid's workgroups do unequal work.
+    classes: Vec<census::Census>,
 }
 
 impl XcdShares {
@@ -197,7 +229,11 @@ impl XcdShares {
 
     /// The share of XCD 0's HBM traffic of the first simulated round that it fetches itself.
     fn own_share(&self) -> Option<f64> {
-        self.rounds.first().map(|(_, c)| c.own_share)
+        self.rounds
+            .first()
+            .map(|(_, c)| c)
+            .or(self.classes.first())
+            .map(|c| c.own_share)
     }
 }
 
@@ -210,6 +246,7 @@ impl Default for TimingOptions {
             exact_mfma: false,
             wave_instruction_budget: Limits::default().wave_instruction_budget,
             cross_xcd: CrossXcd::default(),
+            classes: true,
         }
     }
 }

@@ -12,6 +12,10 @@ use tilegen_emu::exec::program::Program;
 use tilegen_emu::exec::stats::Stats;
 
 use crate::census::{Census, CensusRun};
+use crate::classes::{
+    ClassTime, Classes, ListSchedule, MAX_CLASSES, SURVEY_INSTRUCTIONS, Survey, SurveyRun,
+    TOLERANCE,
+};
 use crate::cu::Ctx;
 use crate::gpu::{self, Dispatch, Machine, Occupancy, SimResult};
 use crate::inst::InstInfo;
@@ -20,7 +24,7 @@ use crate::params::Params;
 use crate::report::Sampled;
 use crate::trace::TraceOptions;
 use crate::units::{Sequencer, Units};
-use crate::{CrossXcd, Method, TimingError, TimingOptions, XcdShares};
+use crate::{CrossXcd, DEFAULT_CENSUS_INSTRUCTIONS, Method, TimingError, TimingOptions, XcdShares};
 
 /// A simulation's result and the instructions it executed.
 pub(crate) type Simulated = (SimResult, u64);
@@ -57,6 +61,15 @@ struct RoundRun {
     workgroups: u64,
     /// The census it used, with the round's index.
     census: Option<(u64, Census)>,
+}
+
+/// The workgroups of one simulated round: XCD 0's in dispatch order, the other XCDs' (for
+/// the census), and how many run GPU-wide.
+struct RoundSet {
+    xcd0: Vec<u64>,
+    /// XCDs 1, 2, ... in order.
+    others: Vec<Vec<u64>>,
+    gpu: u64,
 }
 
 /// How the simulated rounds of XCD 0 stand for the kernel's time.
@@ -182,9 +195,160 @@ impl Simulator<'_> {
         Ok((sampled, vec![sim]))
     }
 
-    /// [`Method::Rounds`]: the first round of XCD 0 (and the last, partial one on its own),
-    /// extrapolated over the rounds.
+    /// [`Method::Rounds`]: a grid whose workgroups do unequal work by classes, else
+    /// [`Simulator::uniform_rounds`].
     fn rounds(&self) -> Result<(Sampled, Vec<Simulated>), TimingError> {
+        match self.survey() {
+            Some((survey, classes)) if !classes.uniform() => self.classed(&survey, &classes),
+            _ => self.uniform_rounds(),
+        }
+    }
+
+    /// The survey of the grid and its classes (`None` for a single workgroup, or when the
+    /// survey cannot run the workgroups without their global writes).
+    fn survey(&self) -> Option<(Survey, Classes)> {
+        if self.total < 2 || !self.opts.classes {
+            return None;
+        }
+        let run = SurveyRun {
+            prog: self.prog,
+            device: self.memory,
+            dispatch: &self.prepared.dispatch,
+            waves_per_workgroup: self.occ.waves_per_workgroup as usize,
+            lds_bytes: self.prepared.lds_bytes,
+            exact_mfma: self.opts.exact_mfma,
+            wave_limit: self.opts.wave_instruction_budget,
+        };
+        let survey = run.run(self.total, SURVEY_INSTRUCTIONS)?;
+        let classes = Classes::of(&survey, TOLERANCE, MAX_CLASSES);
+        Some((survey, classes))
+    }
+
+    /// A grid of several classes: one round of each class simulated on XCD 0 (its first
+    /// workgroups, dealt to the XCDs as a grid of that class alone would be), and the whole
+    /// grid list-scheduled on every XCD's slots with each workgroup taking its class's time.
+    fn classed(
+        &self,
+        survey: &Survey,
+        classes: &Classes,
+    ) -> Result<(Sampled, Vec<Simulated>), TimingError> {
+        let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus);
+        let per_round = cpx * self.capacity();
+        let mut sims = Vec::new();
+        let mut times = Vec::new();
+        let mut censuses = Vec::new();
+        let mut parts = Vec::new();
+        for (c, class) in classes.classes.iter().enumerate() {
+            let m = &class.members;
+            let set = RoundSet {
+                xcd0: m
+                    .iter()
+                    .step_by(xcds as usize)
+                    .take(per_round as usize)
+                    .copied()
+                    .collect(),
+                others: (1..xcds as usize)
+                    .map(|x| {
+                        m.iter()
+                            .skip(x)
+                            .step_by(xcds as usize)
+                            .take(per_round as usize)
+                            .copied()
+                            .collect()
+                    })
+                    .collect(),
+                gpu: (m.len() as u64).min(per_round * xcds),
+            };
+            let known = match &self.opts.cross_xcd {
+                CrossXcd::Known(k) => k.classes.get(c).cloned(),
+                _ => None,
+            };
+            let trace = if c == 0 { self.trace() } else { None };
+            let run = self.simulate_set(&set, known, trace)?;
+            let simulated: Vec<u64> = set
+                .xcd0
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| (*k as u64 % cpx) < sim_cus as u64)
+                .map(|(_, &i)| survey.signatures[i as usize].instructions)
+                .collect();
+            let ends = &run.sim.0.finished;
+            let time = ClassTime {
+                cycles: mean(ends.iter().map(|f| f.end)).unwrap_or(run.sim.0.end),
+                drain: run.sim.0.drained - run.sim.0.end,
+                instructions: if class.ended {
+                    mean(simulated.iter().copied())
+                } else {
+                    None
+                },
+            };
+            parts.push(format!(
+                "{} {} (round of {} on {sim_cus} CUs simulated: {} cycles a slot)",
+                workgroups(m.len() as u64),
+                if class.ended {
+                    let (lo, hi) = class.instructions;
+                    if lo == hi {
+                        format!("ending after {lo} wave-instructions")
+                    } else {
+                        format!("ending after {lo}-{hi} wave-instructions")
+                    }
+                } else {
+                    format!("running past {} instructions a wave", survey.wave_budget)
+                },
+                run.workgroups,
+                time.cycles
+            ));
+            times.push(time);
+            censuses.extend(run.census.map(|(_, census)| census));
+            sims.push(run.sim);
+        }
+        let schedule = ListSchedule {
+            xcds,
+            slots: per_round,
+        };
+        let cycles = schedule.cycles(classes, survey, &times);
+        let n0 = self.total.div_ceil(xcds);
+        let mut detail = format!(
+            "{} classes of workgroups by the wave-instructions a functional survey counted ({}, {} in all): {}; the whole grid list-scheduled on each XCD's {} slots, every workgroup taking its class's time{}",
+            classes.classes.len(),
+            survey.describe(),
+            survey.spent,
+            parts.join("; "),
+            per_round,
+            if classes.span > 1.0 + TOLERANCE + 1e-9 {
+                format!(
+                    " (classes span up to {:.2}x in count; a workgroup's time scales with its count)",
+                    classes.span
+                )
+            } else {
+                String::new()
+            }
+        );
+        // The census of the class with the most work speaks for the grid's traffic.
+        let busiest = (0..times.len())
+            .max_by_key(|&c| times[c].cycles * classes.classes[c].members.len() as u64);
+        if let Some(c) = busiest.and_then(|c| censuses.get(c)) {
+            detail.push_str(&format!(
+                "; XCD 0 fetches {:.0}% of the HBM traffic of the lines the busiest class loads",
+                c.own_share * 100.0
+            ));
+        }
+        let sampled = Sampled {
+            cycles,
+            rounds: n0.div_ceil(per_round).max(1),
+            method: Method::Rounds,
+            detail,
+            shares: (!censuses.is_empty()).then_some(XcdShares {
+                rounds: Vec::new(),
+                classes: censuses,
+            }),
+        };
+        Ok((sampled, sims))
+    }
+
+    /// [`Method::Rounds`] of a grid of one class: the first round of XCD 0 (and the last,
+    /// partial one on its own), extrapolated over the rounds.
+    fn uniform_rounds(&self) -> Result<(Sampled, Vec<Simulated>), TimingError> {
         let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus);
         let n0 = self.total.div_ceil(xcds);
         let per_round = cpx * self.capacity();
@@ -244,7 +408,10 @@ impl Simulator<'_> {
             rounds,
             method: Method::Rounds,
             detail,
-            shares: (!censuses.is_empty()).then_some(XcdShares { rounds: censuses }),
+            shares: (!censuses.is_empty()).then_some(XcdShares {
+                rounds: censuses,
+                classes: Vec::new(),
+            }),
         };
         Ok((sampled, sims))
     }
@@ -257,46 +424,76 @@ impl Simulator<'_> {
         trace: Option<(TraceOptions, f64)>,
         reuse: Option<Census>,
     ) -> Result<RoundRun, TimingError> {
-        let (xcds, cpx, total, sim_cus) = (self.xcds, self.cus_per_xcd, self.total, self.sim_cus);
+        let (xcds, total) = (self.xcds, self.total);
         let n0 = total.div_ceil(xcds);
-        let per_round = cpx * self.capacity();
+        let per_round = self.cus_per_xcd * self.capacity();
         let first = r * per_round;
         let last = (first + per_round).min(n0);
-        let mut lists = vec![Vec::new(); sim_cus];
-        for kk in first..last {
-            let c = ((kk - first) % cpx) as usize;
-            if c < sim_cus {
-                lists[c].push(kk * xcds);
-            }
-        }
-        let sim_active = lists.iter().filter(|l| !l.is_empty()).count().max(1) as f64;
-        let xcd0_active = (last - first).min(cpx) as f64;
-        // Workgroups of this round GPU-wide, and the CUs they occupy.
-        let gpu_round = total
-            .saturating_sub(r * per_round * xcds)
-            .min(per_round * xcds);
-        let gpu_active = gpu_round.min(xcds * cpx).max(1) as f64;
-        let workgroups = lists.iter().map(|l| l.len() as u64).sum();
-        let census = match &self.opts.cross_xcd {
+        let set = RoundSet {
+            xcd0: (first..last).map(|kk| kk * xcds).collect(),
+            others: (1..xcds)
+                .map(|x| {
+                    (first..last)
+                        .map(|kk| kk * xcds + x)
+                        .filter(|&i| i < total)
+                        .collect()
+                })
+                .collect(),
+            // Workgroups of this round GPU-wide.
+            gpu: total
+                .saturating_sub(r * per_round * xcds)
+                .min(per_round * xcds),
+        };
+        let known = match &self.opts.cross_xcd {
             _ if xcds < 2 => None,
-            CrossXcd::Census { .. } if reuse.is_some() => reuse,
-            CrossXcd::Ignore => None,
+            // A census of the launch sampled by classes (whose workgroups did unequal work
+            // with the other loop counts): this round's is counted.
+            CrossXcd::Known(k) if k.rounds.is_empty() && !k.classes.is_empty() => None,
             CrossXcd::Known(k) => Some(
                 k.round(r)
                     .cloned()
                     .ok_or(TimingError::UnknownCensusRound { round: r })?,
             ),
+            CrossXcd::Census { .. } => reuse,
+            CrossXcd::Ignore => None,
+        };
+        let run = self.simulate_set(&set, known, trace)?;
+        Ok(RoundRun {
+            census: run.census.map(|(_, c)| (r, c)),
+            ..run
+        })
+    }
+
+    /// Simulates the round `set` on XCD 0's CUs (its k-th workgroup on CU `k mod 32`, the
+    /// CUs past the simulated ones left out), with `known` as its census or else a census
+    /// of the set's workgroups on every XCD (as the options say).
+    fn simulate_set(
+        &self,
+        set: &RoundSet,
+        known: Option<Census>,
+        trace: Option<(TraceOptions, f64)>,
+    ) -> Result<RoundRun, TimingError> {
+        let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus);
+        let mut lists = vec![Vec::new(); sim_cus];
+        for (k, &i) in set.xcd0.iter().enumerate() {
+            let c = k % cpx as usize;
+            if c < sim_cus {
+                lists[c].push(i);
+            }
+        }
+        let sim_active = lists.iter().filter(|l| !l.is_empty()).count().max(1) as f64;
+        let xcd0_active = (set.xcd0.len() as u64).min(cpx) as f64;
+        // The CUs the round's workgroups occupy GPU-wide.
+        let gpu_active = set.gpu.min(xcds * cpx).max(1) as f64;
+        let workgroups = lists.iter().map(|l| l.len() as u64).sum();
+        let census = match &self.opts.cross_xcd {
+            _ if xcds < 2 => None,
+            CrossXcd::Ignore => None,
+            _ if known.is_some() => known,
+            // A known census of another sampling of the launch: this round's is counted.
+            CrossXcd::Known(_) => Some(self.census_of(&lists, set, DEFAULT_CENSUS_INSTRUCTIONS)?),
             &CrossXcd::Census { instructions } => {
-                let mut by_xcd = vec![lists.iter().flatten().copied().collect::<Vec<u64>>()];
-                for x in 1..xcds {
-                    by_xcd.push(
-                        (first..last)
-                            .map(|kk| kk * xcds + x)
-                            .filter(|&i| i < total)
-                            .collect(),
-                    );
-                }
-                Some(self.census().run(&by_xcd, instructions)?)
+                Some(self.census_of(&lists, set, instructions)?)
             }
         };
         let scope = Scope {
@@ -310,8 +507,21 @@ impl Simulator<'_> {
         Ok(RoundRun {
             sim,
             workgroups,
-            census: census.map(|c| (r, c)),
+            census: census.map(|c| (0, c)),
         })
+    }
+
+    /// The census of a round: XCD 0's workgroups as `lists` places them, the other XCDs'
+    /// as `set` holds them.
+    fn census_of(
+        &self,
+        lists: &[Vec<u64>],
+        set: &RoundSet,
+        instructions: u64,
+    ) -> Result<Census, TimingError> {
+        let mut by_xcd = vec![lists.iter().flatten().copied().collect::<Vec<u64>>()];
+        by_xcd.extend(set.others.iter().cloned());
+        self.census().run(&by_xcd, instructions)
     }
 
     /// The census of this prediction's launch.
@@ -327,6 +537,12 @@ impl Simulator<'_> {
             line_shift: self.params.vmem.l1_line_bytes.positive().trailing_zeros(),
         }
     }
+}
+
+/// The rounded mean of `values` (`None` when there are none).
+fn mean(values: impl Iterator<Item = u64>) -> Option<u64> {
+    let (n, sum) = values.fold((0u64, 0u128), |(n, s), v| (n + 1, s + v as u128));
+    (n > 0).then(|| ((sum + n as u128 / 2) / n as u128) as u64)
 }
 
 /// `n` workgroups, in words.
