@@ -40,6 +40,10 @@ const MIN_WAVE_INSTRUCTIONS: u64 = 32;
 /// Relative difference of instruction counts within which workgroups are one class.
 pub(crate) const TOLERANCE: f64 = 0.05;
 
+/// How much the classes must change the schedule (in wave-instructions) to be simulated
+/// apart ([`ListSchedule::matters`]).
+pub(crate) const MATTERS: f64 = 0.10;
+
 /// Most classes simulated: counts spread wider are binned more coarsely (each workgroup's
 /// time then scales with its count within its class).
 pub(crate) const MAX_CLASSES: usize = 4;
@@ -372,7 +376,7 @@ pub(crate) struct ListSchedule {
 impl ListSchedule {
     /// Cycles of the kernel: the last workgroup's end plus its class's drain.
     pub(crate) fn cycles(&self, classes: &Classes, survey: &Survey, times: &[ClassTime]) -> u64 {
-        let time_of = |i: u64| {
+        self.end(classes.of.len() as u64, |i| {
             let c = classes.of[i as usize] as usize;
             let t = times[c];
             let own = survey.signatures[i as usize].instructions;
@@ -383,9 +387,35 @@ impl ListSchedule {
                 _ => t.cycles,
             };
             (cycles, t.drain)
+        })
+    }
+
+    /// Whether the survey's counts change the grid's schedule: with each workgroup lasting
+    /// its wave-instruction count, the list schedule of the whole grid and the sampled
+    /// rounds' extrapolation (`(rounds - 1)` times the longest workgroup of XCD 0's first
+    /// round plus the longest of its last) differ by more than `threshold`. Classes that do
+    /// not are left to the rounds, whose error is of that order anyway.
+    pub(crate) fn matters(&self, survey: &Survey, threshold: f64) -> bool {
+        let sig = &survey.signatures;
+        let total = sig.len() as u64;
+        let count = |i: u64| sig[i as usize].instructions;
+        let n0 = total.div_ceil(self.xcds.max(1));
+        let rounds = n0.div_ceil(self.slots.max(1)).max(1);
+        let longest = |r: u64| {
+            (r * self.slots..((r + 1) * self.slots).min(n0))
+                .map(|kk| count(kk * self.xcds))
+                .max()
+                .unwrap_or(0)
         };
+        let rounds_say = (rounds - 1) * longest(0) + longest(rounds - 1);
+        let schedule_says = self.end(total, |i| (count(i), 0));
+        (schedule_says as f64 - rounds_say as f64).abs() > threshold * rounds_say.max(1) as f64
+    }
+
+    /// The end of the schedule of `total` workgroups, workgroup `i` lasting `time_of(i).0`
+    /// and its end followed by a drain of `time_of(i).1`.
+    fn end(&self, total: u64, time_of: impl Fn(u64) -> (u64, u64)) -> u64 {
         let mut end = 0u64;
-        let total = classes.of.len() as u64;
         for x in 0..self.xcds.min(total) {
             let mut free: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
             let mut i = x;
@@ -479,5 +509,13 @@ mod tests {
             },
         ];
         assert_eq!(l.cycles(&c, &s, &times), 5000);
+        // It is on XCD 1, which the rounds of XCD 0 do not see.
+        assert!(l.matters(&s, 0.1));
+        // In one round on XCD 0, the rounds see it.
+        let mut s = survey(&[(true, 10); 16]);
+        s.signatures[4].instructions = 1000;
+        assert!(!l.matters(&s, 0.1));
+        s.signatures[5].instructions = 1200;
+        assert!(l.matters(&s, 0.1));
     }
 }

@@ -48,25 +48,30 @@
 //! grids whose workgroups past a bound exit at once, or whose first rows hold all the work,
 //! break that. So before it samples, [`Method::Rounds`] surveys the grid (`classes.rs`): it
 //! runs the workgroups functionally (writes discarded) and records whether each ended and
-//! how many wave-instructions it executed, within a budget of about 16 million
-//! wave-instructions in all (a fifth of a second of one core): each pass gives every
-//! workgroup still running an equal share of what is left, so small grids and grids of early
-//! exits run to their end, while a large grid of long workgroups runs only its first few
-//! hundred instructions a wave, which tells the early exits from the rest but not longer
-//! loops from shorter ones. Counts within 5% are one class (wider bins keep at most 4 classes;
-//! a workgroup's time then scales with its count within its class). A grid of one class
-//! takes the rounds above unchanged. A grid of several simulates one round of each class on
-//! XCD 0 (the class's first workgroups dealt to the XCDs as a grid of that class alone would
-//! be, with that round's census and shares): the round's length is the time a workgroup of
-//! the class holds its CU slot. A list schedule of the whole grid then deals workgroup `i` to
-//! XCD `i mod 8`, where each of the XCD's slots (CUs times the workgroups a CU holds) takes
-//! the next workgroup as it frees; the kernel ends at the last workgroup's end plus the HBM
-//! drain its class's round saw. What this leaves out: a class's round runs alongside
-//! workgroups of its own class only (the bandwidth the others use meanwhile is not shared
-//! out), the per-workgroup means of the report (MFMA busy, HBM bandwidth) average the
-//! simulated rounds without weighting them by their classes' sizes, and a kernel whose work
-//! depends on what other workgroups wrote (the survey discards writes) is classed by what it
-//! does without them.
+//! how many wave-instructions it executed, within a budget of about 1 million
+//! wave-instructions in all (a fifth of a second of one core, at the interpreter's 2.5 to 5
+//! million a second): a first pass runs every workgroup with half of it shared out per wave
+//! (at least 32 instructions; a grid too large for that is not surveyed), which ends the
+//! early exits; the workgroups still running are then run to their end in bit-reversed
+//! order of their launch index while the budget lasts, and the rest take the count of the
+//! nearest one run (work varies by ranges of workgroups: rows, blocks). Workgroups longer
+//! than the rest of the budget stay one class of "still running". Counts within 5% are one
+//! class (wider bins keep at most 4 classes; a workgroup's time then scales with its count
+//! within its class). A grid of one class takes the rounds above unchanged, and so does a
+//! grid whose classes would not change its schedule: with each workgroup lasting its count,
+//! the list schedule below and the rounds' extrapolation agree within 10% (a GEMM whose
+//! edge tiles run a little less, one round that holds the longest workgroups anyway). A
+//! grid of several simulates one round of each class on XCD 0 (the class's first workgroups
+//! dealt to the XCDs as a grid of that class alone would be, with that round's census and
+//! shares): the round's length is the time a workgroup of the class holds its CU slot. A
+//! list schedule of the whole grid then deals workgroup `i` to XCD `i mod 8`, where each of
+//! the XCD's slots (CUs times the workgroups a CU holds) takes the next workgroup as it
+//! frees; the kernel ends at the last workgroup's end plus the HBM drain its class's round
+//! saw. What this leaves out: a class's round runs alongside workgroups of its own class
+//! only (the bandwidth the others use meanwhile is not shared out), the per-workgroup means
+//! of the report (MFMA busy, HBM bandwidth) average the simulated rounds without weighting
+//! them by their classes' sizes, and a kernel whose work depends on what other workgroups
+//! wrote (the survey discards writes) is classed by what it does without them.
 //!
 //! # How the code is laid out
 //! [`predict`] checks the parameters, takes the occupancy ([`occupancy`]) and prepares the

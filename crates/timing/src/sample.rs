@@ -13,7 +13,7 @@ use tilegen_emu::exec::stats::Stats;
 
 use crate::census::{Census, CensusRun};
 use crate::classes::{
-    ClassTime, Classes, ListSchedule, MAX_CLASSES, SURVEY_INSTRUCTIONS, Survey, SurveyRun,
+    ClassTime, Classes, ListSchedule, MATTERS, MAX_CLASSES, SURVEY_INSTRUCTIONS, Survey, SurveyRun,
     TOLERANCE,
 };
 use crate::cu::Ctx;
@@ -198,8 +198,14 @@ impl Simulator<'_> {
     /// [`Method::Rounds`]: a grid whose workgroups do unequal work by classes, else
     /// [`Simulator::uniform_rounds`].
     fn rounds(&self) -> Result<(Sampled, Vec<Simulated>), TimingError> {
+        let schedule = ListSchedule {
+            xcds: self.xcds,
+            slots: self.cus_per_xcd * self.capacity(),
+        };
         match self.survey() {
-            Some((survey, classes)) if !classes.uniform() => self.classed(&survey, &classes),
+            Some((survey, classes)) if !classes.uniform() && schedule.matters(&survey, MATTERS) => {
+                self.classed(&survey, &classes, &schedule)
+            }
             _ => self.uniform_rounds(),
         }
     }
@@ -231,6 +237,7 @@ impl Simulator<'_> {
         &self,
         survey: &Survey,
         classes: &Classes,
+        schedule: &ListSchedule,
     ) -> Result<(Sampled, Vec<Simulated>), TimingError> {
         let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus);
         let per_round = cpx * self.capacity();
@@ -302,10 +309,6 @@ impl Simulator<'_> {
             censuses.extend(run.census.map(|(_, census)| census));
             sims.push(run.sim);
         }
-        let schedule = ListSchedule {
-            xcds,
-            slots: per_round,
-        };
         let cycles = schedule.cycles(classes, survey, &times);
         let n0 = self.total.div_ceil(xcds);
         let mut detail = format!(
