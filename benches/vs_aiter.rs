@@ -280,9 +280,11 @@ fn run(args: &Args) -> Result<(), BoxError> {
     );
     let rows = db.results()?;
 
+    // Every K step simulated on both sides, as AITER's kernels are below.
     let model = ModelEvaluator {
         params: params.clone(),
         options: TimingOptions::default(),
+        extrapolation: None,
     };
     let aiter = TimingModel::new(params.clone()).extrapolating(None);
     let bpre: Vec<F4GemmKernel> = corpus.bpreshuffle_kernels().cloned().collect();
@@ -595,6 +597,7 @@ fn traces(l: &Line, out: &Path, params: &Params, corpus: &Corpus) -> Result<(), 
     let model = ModelEvaluator {
         params: params.clone(),
         options: options.clone(),
+        extrapolation: None,
     };
     let kernel = compile(&l.ours.values)?;
     let p = model.predict(&kernel, &shape)?;

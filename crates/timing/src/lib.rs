@@ -108,6 +108,7 @@ mod band;
 mod census;
 mod classes;
 mod cu;
+mod extrapolate;
 pub mod docs;
 mod gpu;
 mod inst;
@@ -128,6 +129,7 @@ use tilegen_emu::exec::memory::DeviceMemory;
 use tilegen_emu::exec::program::Program;
 
 pub use band::{ErrorBand, HELD_OUT_ERROR};
+pub use extrapolate::{LoopExtrapolation, predict_loop};
 pub use gpu::{CuLimits, Limiter, Occupancy, occupancy, occupancy_on};
 pub use mem::MemoryReport;
 pub use params::{

@@ -9,7 +9,7 @@ use tilegen_dsl::CompileOptions;
 use tilegen_emu::exec::{DeviceMemory, Program};
 use tilegen_kernels::{BuildError, CompiledKernel, GemmBuffers, KernelSpec};
 use tilegen_runtime::{ArgValue, Device, DevicePtr, RuntimeError};
-use tilegen_timing::{self as timing, Params, TimingLaunch, TimingOptions};
+use tilegen_timing::{self as timing, LoopExtrapolation, Params, TimingLaunch, TimingOptions};
 
 use crate::template::Shape;
 
@@ -184,12 +184,25 @@ fn gemm_args(kernel: &CompiledKernel, b: &GemmBuffers, shape: &Shape) -> [ArgVal
 
 /// Ranks by the MI355X timing model: full-size lazily zeroed buffers, the kernel's own
 /// kernargs and launch grid.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ModelEvaluator {
     /// The machine's parameters.
     pub params: Params,
     /// How the prediction is computed (sampled rounds by default).
     pub options: TimingOptions,
+    /// Long K loops timed from two short runs (the default), so a prediction's cost does not
+    /// grow with K; `None` simulates every K step.
+    pub extrapolation: Option<LoopExtrapolation>,
+}
+
+impl Default for ModelEvaluator {
+    fn default() -> Self {
+        ModelEvaluator {
+            params: Params::default(),
+            options: TimingOptions::default(),
+            extrapolation: Some(LoopExtrapolation::default()),
+        }
+    }
 }
 
 impl ModelEvaluator {
@@ -250,13 +263,36 @@ impl ModelEvaluator {
             dynamic_lds: config.dynamic_lds,
             kernarg: &kernarg,
         };
-        Ok(timing::predict(
+        // One step of the main loop is a K tile of every split; a K of whole steps is
+        // extrapolated (a K with a tail tile is simulated whole).
+        let spec = kernel.spec();
+        let step = u64::from(spec.bk_elems) * u64::from(spec.split_k());
+        let steps = if u64::from(shape.k).is_multiple_of(step) {
+            u32::try_from(u64::from(shape.k) / step).unwrap_or(0)
+        } else {
+            0
+        };
+        let kernarg_for = |s: u32| {
+            let at_k = Shape {
+                k: (u64::from(s) * step) as u32,
+                ..*shape
+            };
+            Ok::<_, EvalError>(tilegen_runtime::kernargs::build(
+                kd,
+                &config,
+                &gemm_args(kernel, &bufs, &at_k),
+            )?)
+        };
+        timing::predict_loop(
             &mut mem,
             &prog,
             &launch,
+            steps,
+            &kernarg_for,
             &self.params,
             &self.options,
-        )?)
+            self.extrapolation,
+        )
     }
 }
 

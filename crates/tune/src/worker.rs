@@ -244,7 +244,14 @@ impl Evaluator {
                         max_cus: settings.max_cus,
                         ..TimingOptions::default()
                     };
-                    self.model = Some((settings.clone(), ModelEvaluator { params, options }));
+                    self.model = Some((
+                        settings.clone(),
+                        ModelEvaluator {
+                            params,
+                            options,
+                            ..ModelEvaluator::default()
+                        },
+                    ));
                 }
                 let (_, m) = self.model.as_ref().ok_or("no model evaluator")?;
                 m.measure(kernel, shape).map_err(|e| chain(&e))

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{ArgGroup, Parser, ValueEnum};
 use tilegen_aiter::calibrate::{
-    CalibrationRow, Evaluation, Group, KExtrapolation, ModelRun, Predictor, Roofline, Set,
+    CalibrationRow, Evaluation, Group, LoopExtrapolation, ModelRun, Predictor, Roofline, Set,
     TimingModel, calibration_rows, extra_rows, fit,
 };
 use tilegen_aiter::{Corpus, default_dir};
@@ -451,13 +451,13 @@ fn write_trace_atomically(
     Ok(())
 }
 
-fn extrapolation(args: &Args) -> Option<KExtrapolation> {
+fn extrapolation(args: &Args) -> Option<LoopExtrapolation> {
     (!args.full_k).then(|| match args.k_steps {
-        Some((short_steps, long_steps)) => KExtrapolation {
+        Some((short_steps, long_steps)) => LoopExtrapolation {
             short_steps,
             long_steps,
         },
-        None => KExtrapolation::default(),
+        None => LoopExtrapolation::default(),
     })
 }
 

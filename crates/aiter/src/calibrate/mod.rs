@@ -23,9 +23,10 @@ mod roofline;
 use std::error::Error;
 use std::path::Path;
 
-pub use model::{KExtrapolation, ModelRun, TimingModel, thread_cpu_seconds};
+pub use model::{ModelRun, TimingModel, thread_cpu_seconds};
 pub use report::{ErrorStats, Evaluation, Group, GroupStats, MRange, Regime};
 pub use roofline::{Roofline, RooflineTerms};
+pub use tilegen_timing::LoopExtrapolation;
 
 use crate::corpus::Corpus;
 use crate::error::AiterError;

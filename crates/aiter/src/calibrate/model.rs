@@ -16,7 +16,8 @@ use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::memory::{GUARD, PAGE};
 use tilegen_emu::exec::{AllocError, DeviceMemory, Program};
 use tilegen_timing::{
-    self as timing, Bound, CrossXcd, Params, Prediction, TimingLaunch, TimingOptions,
+    self as timing, Bound, CrossXcd, LoopExtrapolation, Params, Prediction, TimingLaunch,
+    TimingOptions,
 };
 
 use crate::calibrate::{PredictError, Predictor, describe_row};
@@ -112,7 +113,7 @@ pub struct TimingModel {
     name: String,
     params: Params,
     options: TimingOptions,
-    extrapolation: Option<KExtrapolation>,
+    extrapolation: Option<LoopExtrapolation>,
     workers: Mutex<Vec<Worker>>,
     runs: Mutex<Vec<ModelRun>>,
 }
@@ -132,7 +133,7 @@ impl TimingModel {
             name: Self::NAME.to_string(),
             params,
             options,
-            extrapolation: Some(KExtrapolation::default()),
+            extrapolation: Some(LoopExtrapolation::default()),
             workers: Mutex::new(Vec::new()),
             runs: Mutex::new(Vec::new()),
         }
@@ -144,9 +145,9 @@ impl TimingModel {
         self
     }
 
-    /// Times long K loops from two short runs (the default, [`KExtrapolation::default`]) or,
+    /// Times long K loops from two short runs (the default, [`LoopExtrapolation::default`]) or,
     /// with `None`, simulates every K step.
-    pub fn extrapolating(mut self, x: Option<KExtrapolation>) -> TimingModel {
+    pub fn extrapolating(mut self, x: Option<LoopExtrapolation>) -> TimingModel {
         self.extrapolation = x;
         self
     }
@@ -162,8 +163,8 @@ impl TimingModel {
     }
 
     /// Simulates `row`'s launch of `kernel` and returns the prediction and the CPU seconds it
-    /// took on this thread. With [`KExtrapolation`], a launch of more K steps than the two
-    /// short runs together is timed from those two runs (see [`KExtrapolation`]).
+    /// took on this thread. With [`LoopExtrapolation`], a launch of more K steps than the two
+    /// short runs together is timed from those two runs (see [`LoopExtrapolation`]).
     pub fn run(
         &self,
         row: &TableRow,
@@ -199,7 +200,7 @@ impl TimingModel {
         let steps = desc.launch().k_per_split() / K_STEP;
         let log2_split = desc.launch().problem().log2_k_split();
         let result = match self.extrapolation {
-            Some(x) if steps > x.short_steps + x.long_steps => {
+            Some(x) if x.applies(steps) => {
                 let k_of = |s: u32| (s * K_STEP) << log2_split;
                 let short = self.simulate(
                     &mut worker,
@@ -289,55 +290,6 @@ impl TimingModel {
             let _ = worker.memory.free(a);
         }
         result
-    }
-}
-
-/// Timing long K loops from two short ones. Once the software pipeline of a GEMM is full,
-/// every K step of its main loop costs the same, so the kernel time is affine in the number
-/// of K steps (256 K elements each): `T(s) = T(a) + (s - a) (T(b) - T(a)) / (b - a)`. A launch
-/// of `s > a + b` steps is simulated with `a` and `b` steps instead: the argument block's K
-/// is lowered and nothing else changes (same grid, buffers, strides and addresses), so the
-/// caches see the same lines, and the long run reuses the short run's cross-XCD census.
-/// `b - a` should be a multiple of the kernels' unrolling (4, 6 or 8 steps in AITER's
-/// kernels).
-///
-/// The error it adds, measured against `aiter-calibrate --full-k` on the 65 calibration rows
-/// of more than 32 steps: the extrapolated time is within 0.35% of the full simulation's at
-/// the median, 1.0% at p90 and 1.4% at worst, for half the CPU time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KExtrapolation {
-    /// Steps of the short run.
-    pub short_steps: u32,
-    /// Steps of the long run.
-    pub long_steps: u32,
-}
-
-impl Default for KExtrapolation {
-    fn default() -> Self {
-        KExtrapolation {
-            short_steps: 4,
-            long_steps: 28,
-        }
-    }
-}
-
-impl KExtrapolation {
-    /// The prediction of `steps` K steps from the runs of `short_steps` (`a`) and
-    /// `long_steps` (`b`): times and cycles extrapolated, utilizations from the long run.
-    fn extrapolate(&self, a: &Prediction, b: &Prediction, steps: u32) -> Prediction {
-        let (sa, sb) = (self.short_steps as f64, self.long_steps as f64);
-        let f = (steps as f64 - sa) / (sb - sa);
-        let line = |ya: f64, yb: f64| ya + f * (yb - ya);
-        let kernel_us = line(a.us - a.launch_us, b.us - b.launch_us).max(b.us - b.launch_us);
-        let mut p = b.clone();
-        p.us = b.launch_us + kernel_us;
-        p.cycles = line(a.cycles as f64, b.cycles as f64).max(b.cycles as f64) as u64;
-        p.instructions = line(a.instructions as f64, b.instructions as f64).max(0.0) as u64;
-        p.method_detail = format!(
-            "{steps} K steps extrapolated from simulations of {} and {} steps; each: {}",
-            self.short_steps, self.long_steps, b.method_detail
-        );
-        p
     }
 }
 
