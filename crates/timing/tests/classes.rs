@@ -8,25 +8,13 @@ use std::time::Instant;
 
 use tilegen_codeobj::CodeObject;
 use tilegen_emu::exec::{DeviceMemory, Program};
-use tilegen_testkit::llvm::{assemble, link, lld, llvm_mc, require_tool, scratch};
+use tilegen_testkit::llvm::{kernel_object, scratch};
 use tilegen_timing::{self as timing, Method, Params, Prediction, TimingLaunch, TimingOptions};
 
 /// Assembles `body` as kernel `name` (kernarg pointer in s[0:1], workgroup ids x, y in s2,
 /// s3; 128 VGPRs, so 4 workgroups of 4 waves per CU) and loads it.
 fn kernel(name: &str, body: &str) -> (DeviceMemory, Program) {
-    require_tool(&llvm_mc());
-    require_tool(&lld());
-    let dir = scratch(&format!("classes-{name}"));
-    let src = dir.join(format!("{name}.s"));
-    let obj = dir.join(format!("{name}.o"));
-    let out = dir.join(format!("{name}.hsaco"));
-    let text = format!(
-        "\t.amdgcn_target \"amdgcn-amd-amdhsa--gfx950\"\n\t.text\n\t.globl {name}\n\t.p2align 8\n\t.type {name},@function\n{name}:\n{body}\n\ts_endpgm\n.Lend_{name}:\n\t.size {name}, .Lend_{name}-{name}\n\t.rodata\n\t.p2align 6\n\t.amdhsa_kernel {name}\n\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1\n\t\t.amdhsa_system_sgpr_workgroup_id_x 1\n\t\t.amdhsa_system_sgpr_workgroup_id_y 1\n\t\t.amdhsa_group_segment_fixed_size 0\n\t\t.amdhsa_next_free_vgpr 128\n\t\t.amdhsa_next_free_sgpr 24\n\t\t.amdhsa_accum_offset 128\n\t.end_amdhsa_kernel\n\t.amdgpu_metadata\n---\namdhsa.kernels:\n  - .args:\n      - .offset: 0\n        .size: 8\n        .value_kind: global_buffer\n        .address_space: global\n      - .offset: 8\n        .size: 8\n        .value_kind: global_buffer\n        .address_space: global\n    .group_segment_fixed_size: 0\n    .kernarg_segment_align: 8\n    .kernarg_segment_size: 16\n    .max_flat_workgroup_size: 1024\n    .name: {name}\n    .private_segment_fixed_size: 0\n    .sgpr_count: 24\n    .symbol: {name}.kd\n    .vgpr_count: 128\n    .wavefront_size: 64\namdhsa.target: amdgcn-amd-amdhsa--gfx950\namdhsa.version:\n  - 1\n  - 2\n...\n\t.end_amdgpu_metadata\n"
-    );
-    std::fs::write(&src, text).expect("write kernel source");
-    assemble(&src, &obj);
-    link(&obj, &out);
-    let bytes = std::fs::read(&out).expect("read code object");
+    let bytes = kernel_object(&scratch(&format!("classes-{name}")), name, body, 0);
     let co = CodeObject::parse(&bytes).expect("parse code object");
     let mut mem = DeviceMemory::new();
     let prog = Program::load(&mut mem, &co, name).expect("load kernel");
