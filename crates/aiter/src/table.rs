@@ -37,6 +37,7 @@ struct RawRow {
 /// `cu_num` compute units, and its measured time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableRow {
+    table: u32,
     line: u64,
     cu_num: u32,
     m: u32,
@@ -55,6 +56,18 @@ impl TableRow {
     /// 1-based line in the CSV file (the header is line 1).
     pub fn line(&self) -> u64 {
         self.line
+    }
+
+    /// Which table the row comes from: 0 for the wheel's, `i` for the `i`-th other one read;
+    /// with [`TableRow::line`] it names the row uniquely.
+    pub fn table(&self) -> u32 {
+        self.table
+    }
+
+    /// The row as the `table`-th table's.
+    pub(crate) fn in_table(mut self, table: u32) -> TableRow {
+        self.table = table;
+        self
     }
 
     /// Compute units of the GPU measured (256: MI355X).
@@ -158,6 +171,7 @@ pub(crate) fn parse_tuned(path: &Path) -> Result<Vec<TableRow>, AiterError> {
             return Err(bad(format!("splitK = {} is not a log2 split", r.split_k)));
         }
         rows.push(TableRow {
+            table: 0,
             line,
             cu_num: r.cu_num,
             m: r.m,
@@ -226,6 +240,11 @@ mod tests {
         let r = &rows[0];
         assert_eq!((r.cu_num(), r.m(), r.n(), r.k()), (256, 1, 800, 5120));
         assert_eq!((r.kernel_id(), r.log2_k_split(), r.line()), (29, 0, 2));
+        // Rows of another table at the same line are other rows.
+        assert_eq!(r.table(), 0);
+        let other = r.clone().in_table(1);
+        assert_eq!((other.table(), other.line()), (1, 2));
+        assert_ne!(&other, r);
         assert_eq!(r.us(), 8.5995);
         assert_eq!(
             (r.tflops(), r.bandwidth_gbps(), r.err_ratio()),

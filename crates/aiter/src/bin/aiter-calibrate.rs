@@ -191,8 +191,8 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let corpus = Corpus::open(args.corpus())?;
     let mut rows = calibration_rows(&corpus)?;
-    for table in &args.extra_table {
-        rows.extend(extra_rows(&corpus, table)?);
+    for (i, table) in args.extra_table.iter().enumerate() {
+        rows.extend(extra_rows(&corpus, table, i as u32 + 1)?);
     }
     let params = match &args.params {
         Some(p) => Params::from_file(p)?,
@@ -358,7 +358,7 @@ fn one_row(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let row = rows
         .iter()
-        .find(|r| r.row().line() == line)
+        .find(|r| r.row().table() == 0 && r.row().line() == line)
         .ok_or_else(|| format!("no MI355X asm row at table line {line}"))?;
     if row.set() != Set::Calibration {
         return Err(format!("table line {line} is held out").into());
@@ -461,8 +461,9 @@ fn extrapolation(args: &Args) -> Option<LoopExtrapolation> {
     })
 }
 
-fn row_of(rows: &[CalibrationRow], line: u64) -> Option<&CalibrationRow> {
-    rows.iter().find(|r| r.row().line() == line)
+fn row_of<'a>(rows: &'a [CalibrationRow], run: &ModelRun) -> Option<&'a CalibrationRow> {
+    rows.iter()
+        .find(|r| r.row().table() == run.table && r.row().line() == run.line)
 }
 
 fn cpu_report(runs: &[ModelRun], rows: &[CalibrationRow], wall: f64) -> String {
@@ -481,7 +482,7 @@ fn cpu_report(runs: &[ModelRun], rows: &[CalibrationRow], wall: f64) -> String {
     );
     let _ = writeln!(s, "  slowest rows:");
     for r in cpu.iter().rev().take(3) {
-        if let Some(row) = row_of(rows, r.line) {
+        if let Some(row) = row_of(rows, r) {
             let t = row.row();
             let _ = writeln!(
                 s,
@@ -505,9 +506,9 @@ fn cpu_report(runs: &[ModelRun], rows: &[CalibrationRow], wall: f64) -> String {
 fn detail(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
     let mut s = String::new();
     let mut runs: Vec<&ModelRun> = runs.iter().collect();
-    runs.sort_by_key(|r| r.line);
+    runs.sort_by_key(|r| (r.table, r.line));
     for r in runs {
-        let Some(row) = row_of(rows, r.line) else {
+        let Some(row) = row_of(rows, r) else {
             continue;
         };
         let t = row.row();
@@ -534,18 +535,18 @@ fn detail(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
 
 fn runs_csv(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
     let mut s = String::from(
-        "line,M,N,K,kernel,split,set,measured_us,model_us,launch_us,cycles,clock_ghz,bound,mfma_busy,hbm_gbs,rounds,instructions,cpu_s\n",
+        "line,M,N,K,kernel,split,set,measured_us,model_us,launch_us,cycles,clock_ghz,bound,mfma_busy,hbm_gbs,rounds,instructions,cpu_s,table\n",
     );
     let mut runs: Vec<&ModelRun> = runs.iter().collect();
-    runs.sort_by_key(|r| r.line);
+    runs.sort_by_key(|r| (r.table, r.line));
     for r in runs {
-        let Some(row) = row_of(rows, r.line) else {
+        let Some(row) = row_of(rows, r) else {
             continue;
         };
         let t = row.row();
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.4},{:.4},{},{:.4},{:?},{:.4},{:.1},{},{},{:.4}",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{},{:.4},{:?},{:.4},{:.1},{},{},{:.4},{}",
             r.line,
             t.m(),
             t.n(),
@@ -563,7 +564,8 @@ fn runs_csv(runs: &[ModelRun], rows: &[CalibrationRow]) -> String {
             r.hbm_gbs,
             r.rounds,
             r.instructions,
-            r.cpu_seconds
+            r.cpu_seconds,
+            r.table
         );
     }
     s

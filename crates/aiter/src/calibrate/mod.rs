@@ -141,9 +141,18 @@ pub fn calibration_rows(corpus: &Corpus) -> Result<Vec<CalibrationRow>, AiterErr
 }
 
 /// The MI355X asm-kernel rows of another AITER tuning table of the same columns (a `gfx`
-/// column and others are ignored), all [`Set::Extra`]; the kernels come from the corpus.
-pub fn extra_rows(corpus: &Corpus, table: &Path) -> Result<Vec<CalibrationRow>, AiterError> {
-    asm_rows(corpus, crate::table::parse_tuned(table)?, |_| Set::Extra)
+/// column and others are ignored), all [`Set::Extra`], numbered as table `index` (from 1;
+/// 0 is the wheel's); the kernels come from the corpus.
+pub fn extra_rows(
+    corpus: &Corpus,
+    table: &Path,
+    index: u32,
+) -> Result<Vec<CalibrationRow>, AiterError> {
+    let rows = crate::table::parse_tuned(table)?
+        .into_iter()
+        .map(|r| r.in_table(index))
+        .collect();
+    asm_rows(corpus, rows, |_| Set::Extra)
 }
 
 fn asm_rows(

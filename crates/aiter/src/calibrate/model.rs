@@ -30,6 +30,8 @@ use crate::table::TableRow;
 /// What one row's simulation produced, beyond the time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRun {
+    /// The row's table ([`TableRow::table`]).
+    pub table: u32,
     /// The row's line in the table.
     pub line: u64,
     /// Predicted time (kernel plus launch overhead), µs.
@@ -60,8 +62,9 @@ impl ModelRun {
         self.us - self.launch_us
     }
 
-    fn of(line: u64, p: &Prediction, cpu_seconds: f64) -> ModelRun {
+    fn of((table, line): (u32, u64), p: &Prediction, cpu_seconds: f64) -> ModelRun {
         ModelRun {
+            table,
             line,
             us: p.us,
             launch_us: p.launch_us,
@@ -170,7 +173,11 @@ impl TimingModel {
         row: &TableRow,
         kernel: &F4GemmKernel,
     ) -> Result<(Prediction, f64), PredictError> {
-        self.run_described(&describe_row(row, kernel)?, kernel, row.line())
+        self.run_described(
+            &describe_row(row, kernel)?,
+            kernel,
+            (row.table(), row.line()),
+        )
     }
 
     /// Simulates `kernel` on `problem`, a shape the table need not hold (comparisons with
@@ -181,14 +188,14 @@ impl TimingModel {
         kernel: &F4GemmKernel,
     ) -> Result<(Prediction, f64), PredictError> {
         let launch = GemmLaunch::new(kernel, problem).map_err(AiterError::from)?;
-        self.run_described(&LaunchDescription::new(&launch), kernel, 0)
+        self.run_described(&LaunchDescription::new(&launch), kernel, (0, 0))
     }
 
     fn run_described(
         &self,
         desc: &LaunchDescription,
         kernel: &F4GemmKernel,
-        line: u64,
+        line: (u32, u64),
     ) -> Result<(Prediction, f64), PredictError> {
         let mut worker = self
             .workers
