@@ -2,9 +2,11 @@
 //! MI355X-measured times, from the MIT-licensed `amd-aiter` wheel on PyPI.
 //!
 //! `setup` downloads the pinned wheel (hash-checked) into `target/aiter/wheel/`, extracts the
-//! f4gemm code objects with their index, the a4w4 GEMM tables and AMD's license under the
-//! wheel's own paths into `target/aiter/` (each file written to a temporary name and renamed),
-//! then writes `VERSION` and `STATUS` (`ok`). When PyPI cannot be reached it writes
+//! f4gemm code objects with their index, the a4w4 GEMM tables, the fused-MoE 2-stage code
+//! objects with their indexes (`fmoe_2stages`) and their tuned table, and AMD's license under
+//! the wheel's own paths into `target/aiter/` (each file written to a temporary name and
+//! renamed), then writes `VERSION` and `STATUS` (`ok`). A corpus extracted before a member was
+//! added to the list is extracted again (`VERSION` and `STATUS` alone do not make it current). When PyPI cannot be reached it writes
 //! `STATUS: unavailable: ...` instead and the tests that need the corpus fail unless
 //! `TILEGEN_ALLOW_SKIP=1`, as for the Triton corpus. Everything stays under `target/`: AMD's
 //! files are never committed.
@@ -25,13 +27,38 @@ const AITER_PROJECT: &str = "amd-aiter";
 const AITER_WHEEL_SHA256: &str = "fe139d74438217c35e87e3b961166bac8db2d381eadccb371da2e63615f05a31";
 /// The f4gemm kernels and their index inside the wheel (only `*.co` and `*.csv` are taken).
 const KERNEL_PREFIX: &str = "aiter_meta/hsa/gfx950/f4gemm/";
-/// Single files taken from the wheel: the tuned and untuned a4w4 GEMM tables and the license.
-fn wheel_files() -> [String; 3] {
+/// The fused-MoE 2-stage asm kernels and their indexes (only `*.co` and `*.csv` are taken).
+const FMOE_PREFIX: &str = "aiter_meta/hsa/gfx950/fmoe_2stages/";
+/// Kernel directories taken from the wheel.
+const KERNEL_PREFIXES: [&str; 2] = [KERNEL_PREFIX, FMOE_PREFIX];
+/// Single files taken from the wheel: the tuned and untuned a4w4 GEMM tables, the tuned
+/// fused-MoE table and the license.
+fn wheel_files() -> [String; 4] {
     [
         "aiter/configs/a4w4_blockscale_tuned_gemm.csv".into(),
         "aiter/configs/a4w4_blockscale_untuned_gemm.csv".into(),
+        "aiter/configs/tuned_fmoe.csv".into(),
         format!("amd_aiter-{AITER_VERSION}.dist-info/LICENSE"),
     ]
+}
+
+/// Files a complete corpus holds: the single files and each kernel directory's index.
+fn required_files() -> Vec<String> {
+    wheel_files()
+        .into_iter()
+        .chain([
+            format!("{KERNEL_PREFIX}f4gemm_bf16_per1x32Fp4.csv"),
+            format!("{FMOE_PREFIX}fmoe_stage1_bf16_pertokenFp8_g1u1.csv"),
+        ])
+        .collect()
+}
+
+/// The required files `dir` lacks.
+fn missing_files(dir: &Path) -> Vec<String> {
+    required_files()
+        .into_iter()
+        .filter(|f| !dir.join(f).is_file())
+        .collect()
 }
 
 /// Where the corpus lives: `TILEGEN_AITER_DIR`, else `target/aiter`.
@@ -53,6 +80,7 @@ pub fn setup_aiter() -> Result<()> {
     let version = format!("{AITER_PROJECT}=={AITER_VERSION}\n");
     if fs::read_to_string(&version_file).ok().as_deref() == Some(version.as_str())
         && fs::read_to_string(&status_file).ok().as_deref() == Some("ok\n")
+        && missing_files(&dir).is_empty()
     {
         step("AITER corpus: up to date");
         return Ok(());
@@ -167,8 +195,10 @@ fn download(dir: &Path) -> Result<bool> {
 
 /// Whether a wheel member belongs to the corpus.
 fn wanted(name: &str) -> bool {
-    if let Some(file) = name.strip_prefix(KERNEL_PREFIX) {
-        return !file.contains('/') && (file.ends_with(".co") || file.ends_with(".csv"));
+    for prefix in KERNEL_PREFIXES {
+        if let Some(file) = name.strip_prefix(prefix) {
+            return !file.contains('/') && (file.ends_with(".co") || file.ends_with(".csv"));
+        }
     }
     wheel_files().iter().any(|f| f == name)
 }
@@ -222,11 +252,7 @@ fn extract(wheel: &Path, dir: &Path) -> Result<usize> {
             kernels += 1;
         }
     }
-    let missing: Vec<String> = wheel_files()
-        .into_iter()
-        .chain([format!("{KERNEL_PREFIX}f4gemm_bf16_per1x32Fp4.csv")])
-        .filter(|f| !dir.join(f).is_file())
-        .collect();
+    let missing = missing_files(dir);
     if !missing.is_empty() || kernels == 0 {
         return Err(format!(
             "{} lacks {} ({kernels} kernels found): not the wheel the corpus expects",
@@ -283,5 +309,34 @@ mod tests {
         ));
         assert!(!wanted("aiter_meta/hsa/gfx950/f4gemm/sub/x.co"));
         assert!(!wanted("aiter/configs/other.csv"));
+        assert!(wanted("aiter/configs/tuned_fmoe.csv"));
+        assert!(!wanted("aiter/configs/untuned_fmoe.csv"));
+        assert!(wanted(
+            "aiter_meta/hsa/gfx950/fmoe_2stages/fmoe_stage1_bf16_pertokenFp8_g1u1.csv"
+        ));
+        assert!(wanted(
+            "aiter_meta/hsa/gfx950/fmoe_2stages/fmoe_stage1_bf16_pertokenFp8_doweight_g1u1_32x512_pf2.co"
+        ));
+        assert!(!wanted("aiter_meta/hsa/gfx950/fmoe_2stages/tune.py"));
+        assert!(!wanted("aiter_meta/hsa/gfx950/fmoe_2stages/codegen.py"));
+        assert!(!wanted(
+            "aiter_meta/hsa/gfx942/fmoe_2stages/fmoe_stage1_bf16_pertokenFp8_g1u1.csv"
+        ));
+    }
+
+    #[test]
+    fn a_corpus_without_a_required_file_is_not_current() {
+        let dir = env::temp_dir().join(format!("xtask-aiter-required-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(missing_files(&dir), required_files());
+        for f in required_files() {
+            let path = dir.join(&f);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, "x").unwrap();
+        }
+        assert!(missing_files(&dir).is_empty());
+        fs::remove_file(dir.join("aiter/configs/tuned_fmoe.csv")).unwrap();
+        assert_eq!(missing_files(&dir), ["aiter/configs/tuned_fmoe.csv"]);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
