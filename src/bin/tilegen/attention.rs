@@ -1,7 +1,8 @@
 //! `tilegen attention`: build the paged FP8 decode attention kernels for a shape, fill a paged
 //! cache with a shuffled block table, run on the chosen device, check against the CPU
 //! reference (non-zero exit on disagreement); `--timing` adds the MI355X timing model's
-//! prediction against the HBM roofline of the KV bytes read.
+//! prediction (sampled, or with `--full-simulation` every workgroup) against the HBM roofline
+//! of the KV bytes read.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -17,11 +18,12 @@ use tilegen::kernels::attention::{
 };
 use tilegen::mx::attention::{AttentionProblem, AttentionShape, reference_attention};
 use tilegen::runtime::{DevicePtr, LaunchConfig, Limits};
-use tilegen::timing::{self, Params, Prediction, TimingLaunch, TimingOptions};
+use tilegen::timing::{self, Prediction, TimingLaunch};
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
 use crate::session::Session;
+use crate::timing::ModelArgs;
 
 /// The HBM peak the roofline is drawn at (MI355X: 8.0 TB/s, HBM3E).
 const HBM_PEAK_GBS: f64 = 8000.0;
@@ -68,6 +70,9 @@ pub struct AttentionArgs {
     /// of the KV bytes read.
     #[arg(long)]
     timing: bool,
+    /// The model's flags (one trace file per kernel).
+    #[command(flatten)]
+    model: ModelArgs,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -113,6 +118,20 @@ pub fn run(a: AttentionArgs) -> Result<()> {
     spec.check_shape(&shape)
         .with_context(|| format!("checking the problem against {}", spec.kernel_name()))?;
     check_memory(&spec, &shape)?;
+    let traces = if a.timing {
+        a.model.check()?;
+        Traces {
+            main: crate::timing::trace_for(&a.model, "main")?,
+            reduce: if spec.needs_reduce() {
+                crate::timing::trace_for(&a.model, "reduce")?
+            } else {
+                None
+            },
+        }
+    } else {
+        a.model.refuse_without("--timing")?;
+        Traces::default()
+    };
     let lens = contexts(&a.context, a.batch)?;
     let outputs = match &a.emit_dir {
         Some(dir) => Some(emit_outputs(dir)?),
@@ -157,7 +176,7 @@ pub fn run(a: AttentionArgs) -> Result<()> {
     let ref_s = t.elapsed().as_secs_f64();
     let kv_bytes = problem.kv_bytes_read();
     let prediction = if a.timing {
-        Some(predict(&kernels, &problem).context("timing model")?)
+        Some(predict(&kernels, &problem, &a.model, traces).context("timing model")?)
     } else {
         None
     };
@@ -165,8 +184,11 @@ pub fn run(a: AttentionArgs) -> Result<()> {
         let roofline_us = kv_bytes as f64 / (HBM_PEAK_GBS * 1e3);
         let model_roofline_us = kv_bytes as f64 / (p.model_hbm_gbs * 1e3);
         serde_json::json!({
+            "method": a.model.method_name(),
             "main": p.main,
             "reduce": p.reduce,
+            "model_s": p.model_s,
+            "traces": p.traces,
             "total_us": p.total_us(),
             "kv_bytes": kv_bytes,
             "hbm_peak_gbs": HBM_PEAK_GBS,
@@ -241,6 +263,18 @@ pub fn run(a: AttentionArgs) -> Result<()> {
                 p.main.launch_us,
                 bound_text(&p.main),
             );
+            println!(
+                "  model: main {}{}; {:.1} s",
+                p.main.method_detail,
+                p.reduce
+                    .as_ref()
+                    .map(|r| format!(", reduce {}", r.method_detail))
+                    .unwrap_or_default(),
+                p.model_s
+            );
+            for path in &p.traces {
+                println!("  wrote the trace {path}");
+            }
             println!(
                 "  KV bytes {:.1} MB: HBM roofline {:.1} us at the {:.1} TB/s peak ({:.0} % of it), {:.1} us at the model's {:.1} TB/s sustained HBM ({:.0} % of it)",
                 kv_bytes as f64 / 1e6,
@@ -432,6 +466,17 @@ struct Predictions {
     reduce: Option<Prediction>,
     /// The model's sustained HBM bandwidth, GB/s.
     model_hbm_gbs: f64,
+    /// Seconds both predictions took.
+    model_s: f64,
+    /// The trace files written.
+    traces: Vec<String>,
+}
+
+/// The trace file of each kernel, when `--trace` asks for them.
+#[derive(Default)]
+struct Traces {
+    main: Option<(PathBuf, Output)>,
+    reduce: Option<(PathBuf, Output)>,
 }
 
 impl Predictions {
@@ -443,7 +488,13 @@ impl Predictions {
 /// Predicts both kernels on the problem: the block table and context lengths hold the
 /// problem's values (they decide every address and loop count); the caches, queries and
 /// partial buffers are full-size zero buffers (their values decide nothing).
-fn predict(kernels: &AttentionKernels, p: &AttentionProblem) -> Result<Predictions> {
+fn predict(
+    kernels: &AttentionKernels,
+    p: &AttentionProblem,
+    model: &ModelArgs,
+    traces: Traces,
+) -> Result<Predictions> {
+    let t = Instant::now();
     let shape: AttentionShape = p.shape;
     let sizes = kernels.buffer_bytes(&shape);
     let mut mem = DeviceMemory::new();
@@ -474,8 +525,8 @@ fn predict(kernels: &AttentionKernels, p: &AttentionProblem) -> Result<Predictio
         part_o: (sizes[8] > 0).then(|| ptr(sizes[8], None)).transpose()?,
         part_ml: (sizes[9] > 0).then(|| ptr(sizes[9], None)).transpose()?,
     };
-    let params = Params::mi355x();
-    let options = TimingOptions::default();
+    let params = model.params()?;
+    let options = model.options();
     let mut one = |k: &BuiltKernel, config: LaunchConfig, args: Vec<tilegen::runtime::ArgValue>| {
         let co = CodeObject::parse(k.code_object())?;
         let kd = co
@@ -502,9 +553,19 @@ fn predict(kernels: &AttentionKernels, p: &AttentionProblem) -> Result<Predictio
         (Some(r), Some(args)) => Some(one(r, kernels.reduce_config(shape.batch), args)?),
         _ => None,
     };
+    let model_s = t.elapsed().as_secs_f64();
+    let mut written = Vec::new();
+    for (trace, p) in [(traces.main, Some(&main)), (traces.reduce, reduce.as_ref())] {
+        if let (Some((path, out)), Some(p)) = (trace, p) {
+            crate::timing::write_trace(out, p)?;
+            written.push(path.display().to_string());
+        }
+    }
     Ok(Predictions {
         main,
         reduce,
         model_hbm_gbs: params.vmem.hbm_gbs.get(),
+        model_s,
+        traces: written,
     })
 }

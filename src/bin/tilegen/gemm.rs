@@ -11,11 +11,13 @@ use clap::Args;
 use tilegen::kernels::LaunchError;
 use tilegen::mx::{MxMatrix, reference_gemm};
 use tilegen::runtime::Limits;
+use tilegen::timing::LoopExtrapolation;
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
 use crate::session::Session;
 use crate::spec::SpecArgs;
+use crate::timing::KLoop;
 
 #[derive(Args)]
 pub struct GemmArgs {
@@ -53,6 +55,10 @@ pub struct GemmArgs {
     /// size included).
     #[arg(long, conflicts_with_all = ["timing", "emit_dir"])]
     timing_only: bool,
+    /// Simulate every K step (by default a main loop of more than 32 steps, K over
+    /// bk-elems x split-k, is timed from runs of 4 and 28 steps).
+    #[arg(long)]
+    full_k: bool,
     #[command(flatten)]
     model: crate::timing::ModelArgs,
 }
@@ -74,9 +80,10 @@ pub fn run(a: GemmArgs) -> Result<()> {
     let trace_out = if timing {
         a.model.check()?
     } else {
-        if a.model.params.is_some() || a.model.full_simulation || a.model.trace.is_some() {
-            bail!("--params, --full-simulation and --trace go with --timing or --timing-only");
+        if a.full_k {
+            bail!("--full-k goes with --timing or --timing-only");
         }
+        a.model.refuse_without("--timing or --timing-only")?;
         None
     };
     if a.timing_only {
@@ -86,7 +93,8 @@ pub fn run(a: GemmArgs) -> Result<()> {
                 .build()
                 .with_context(|| format!("building {}", spec.kernel_name()))?,
         };
-        let p = predict(&kernel, a.m, a.n, a.k, &a.model, trace_out)?;
+        let k_loop = k_loop(&kernel, a.k, a.full_k);
+        let p = predict(&kernel, a.m, a.n, a.k, &a.model, trace_out, k_loop)?;
         if a.json {
             let v = serde_json::json!({
                 "problem": {"m": a.m, "n": a.n, "k": a.k},
@@ -95,13 +103,14 @@ pub fn run(a: GemmArgs) -> Result<()> {
                 "cache_key": kernel.cache_key(),
                 "report": kernel.report(),
                 "timing": p,
+                "timing_k": k_loop_json(&k_loop),
                 "tflops": 2.0 * a.m as f64 * a.n as f64 * a.k as f64 / (p.us * 1e-6) / 1e12,
             });
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             println!("MXFP4 GEMM {}x{}x{} on the timing model", a.m, a.n, a.k);
             crate::report::print_report(&kernel);
-            print_timing(&p, a.m, a.n, a.k)?;
+            print_timing(&p, a.m, a.n, a.k, &k_loop)?;
         }
         return Ok(());
     }
@@ -140,12 +149,16 @@ pub fn run(a: GemmArgs) -> Result<()> {
     let ref_s = t.elapsed().as_secs_f64();
     let stats = report.stats.clone();
     let flops = 2.0 * a.m as f64 * a.n as f64 * a.k as f64;
+    let k_loop = k_loop(&kernel, a.k, a.full_k);
     let prediction = match a.timing {
-        true => Some(predict(&kernel, a.m, a.n, a.k, &a.model, trace_out)?),
+        true => Some(predict(
+            &kernel, a.m, a.n, a.k, &a.model, trace_out, k_loop,
+        )?),
         false => None,
     };
     let summary = serde_json::json!({
         "timing": prediction,
+        "timing_k": prediction.as_ref().map(|_| k_loop_json(&k_loop)),
         "problem": {"m": a.m, "n": a.n, "k": a.k, "seed": a.seed},
         "kernel": kernel.name(),
         "spec": kernel.spec(),
@@ -210,7 +223,7 @@ pub fn run(a: GemmArgs) -> Result<()> {
         }
         println!("  check against the CPU reference: {cmp}");
         if let Some(p) = &prediction {
-            print_timing(p, a.m, a.n, a.k)?;
+            print_timing(p, a.m, a.n, a.k, &k_loop)?;
         }
         if let Some(dir) = &a.emit_dir {
             println!("  wrote kernel, inputs and result to {}", dir.display());
@@ -222,7 +235,35 @@ pub fn run(a: GemmArgs) -> Result<()> {
     Ok(())
 }
 
-/// The modeled MI355X time of `kernel` at `m x n x k`, on lazily zeroed full-size buffers.
+/// The main loop of `kernel` at reduction length `k`: one step is a K tile of every split. A
+/// K of whole steps is timed from two short runs when long enough (unless `full_k`); a K
+/// with a tail tile is simulated whole.
+fn k_loop(kernel: &tilegen::CompiledKernel, k: usize, full_k: bool) -> KLoop {
+    let spec = kernel.spec();
+    let step = u64::from(spec.bk_elems) * u64::from(spec.split_k());
+    let steps = match k as u64 {
+        k if step > 0 && k.is_multiple_of(step) => u32::try_from(k / step).unwrap_or(0),
+        _ => 0,
+    };
+    KLoop {
+        steps,
+        extrapolation: (!full_k).then(LoopExtrapolation::default),
+    }
+}
+
+fn k_loop_json(k_loop: &KLoop) -> serde_json::Value {
+    serde_json::json!({
+        "steps": k_loop.steps,
+        "extrapolated": k_loop.extrapolated(),
+        "runs": k_loop
+            .extrapolation
+            .filter(|_| k_loop.extrapolated())
+            .map(|x| [x.short_steps, x.long_steps]),
+    })
+}
+
+/// The modeled MI355X time of `kernel` at `m x n x k`, on lazily zeroed full-size buffers;
+/// a long main loop per `k_loop`.
 fn predict(
     kernel: &tilegen::CompiledKernel,
     m: usize,
@@ -230,10 +271,12 @@ fn predict(
     k: usize,
     model: &crate::timing::ModelArgs,
     trace_out: Option<Output>,
+    k_loop: KLoop,
 ) -> Result<tilegen::timing::Prediction> {
     let sizes = kernel.buffer_sizes(m, n, k)?;
     let config = kernel.launch_config(m, n);
-    crate::timing::predict(
+    let step_elems = k / k_loop.steps.max(1) as usize;
+    crate::timing::predict_loop(
         kernel.code_object(),
         kernel.name(),
         &config,
@@ -241,26 +284,44 @@ fn predict(
         trace_out,
         |memory| {
             let mut zero = |bytes: u64| crate::timing::lazy_zero(memory, bytes.max(1));
-            let bufs = tilegen::kernels::GemmBuffers {
+            Ok(tilegen::kernels::GemmBuffers {
                 c: zero(sizes.c)?,
                 a: zero(sizes.a)?,
                 b: zero(sizes.b)?,
                 sfa: zero(sizes.sfa)?,
                 sfb: zero(sizes.sfb)?,
-            };
-            Ok(kernel.arguments(&bufs, m, n, k).to_vec())
+            })
         },
+        // The short runs keep the buffers (sized for the whole K) and shorten K alone.
+        |bufs, steps| {
+            let at_k = steps.map_or(k, |s| s as usize * step_elems);
+            Ok(kernel.arguments(bufs, m, n, at_k).to_vec())
+        },
+        Some(k_loop),
     )
     .with_context(|| format!("modeling {} at {m}x{n}x{k}", kernel.name()))
 }
 
-fn print_timing(p: &tilegen::timing::Prediction, m: usize, n: usize, k: usize) -> Result<()> {
+fn print_timing(
+    p: &tilegen::timing::Prediction,
+    m: usize,
+    n: usize,
+    k: usize,
+    k_loop: &KLoop,
+) -> Result<()> {
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "  modeled MI355X time: {:.2} us = {:.1} TFLOP/s",
         p.us,
         flops / (p.us * 1e-6) / 1e12
     );
+    match k_loop.extrapolation.filter(|_| k_loop.extrapolated()) {
+        Some(x) => println!(
+            "  K loop: {} steps, extrapolated from simulations of {} and {} (--full-k simulates every step)",
+            k_loop.steps, x.short_steps, x.long_steps
+        ),
+        None => println!("  K loop: every step simulated"),
+    }
     let mut text = Vec::new();
     crate::timing::describe(p, &mut text)?;
     for line in String::from_utf8_lossy(&text).lines() {

@@ -3,7 +3,8 @@
 //! random expert weights or a gpt-oss-layout safetensors file preshuffled by
 //! `tilegen preshuffle`, checks it against the CPU reference layer (three comparisons: the
 //! quantized activations, the second stage from the device's own activations, the layer), and
-//! with `--timing` models each kernel's MI355X time. Exits non-zero on disagreement.
+//! with `--timing` models each kernel's MI355X time (sampled, or with `--full-simulation` every
+//! workgroup). Exits non-zero on disagreement.
 //!
 //! gpt-oss layers carry per-expert biases (`gate_up_proj_bias`, `down_proj_bias`, bf16): the
 //! gpt-oss presets add random ones, a weights file's are used when it has them.
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use tilegen::codeobj::CodeObject;
@@ -26,17 +27,29 @@ use tilegen::kernels::PrebSpec;
 use tilegen::kernels::gemm::KnobArgs;
 use tilegen::kernels::moe::{
     Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeRouter, MoeShape,
-    MoeSpec, MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, expert_bias_bytes,
-    expert_group_bytes, route,
+    MoeSpec, MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, Stage,
+    expert_bias_bytes, expert_group_bytes, route,
 };
 use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen::mx::weights::MoeWeightFile;
 use tilegen::runtime::{DevicePtr, Limits, RuntimeError};
-use tilegen::timing::{self, Params, TimingLaunch, TimingOptions};
+use tilegen::timing::{self, TimingLaunch};
+use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
 use crate::models::MoeModelParser;
 use crate::session::Session;
+use crate::timing::ModelArgs;
+
+/// How the tokens are routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RoutingKind {
+    /// The model's router on random logits: every expert equally likely.
+    Uniform,
+    /// Every token on the same top-k experts (chosen by the seed), weighted by the model's
+    /// router: the worst load imbalance.
+    Skewed,
+}
 
 /// The router of `t`'s layer for `experts` experts with top-`topk`. A sigmoid router's selection
 /// bias is random here (a trained layer's is learned), small next to the scores. The template's
@@ -124,9 +137,15 @@ pub struct MoeArgs {
     /// Seed of the tokens, router logits and (without --weights) expert weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// How the tokens are routed.
+    #[arg(long, value_enum, default_value_t = RoutingKind::Uniform)]
+    routing: RoutingKind,
     /// Model each kernel's MI355X time with the timing model.
     #[arg(long)]
     timing: bool,
+    /// The model's flags (one trace file per kernel).
+    #[command(flatten)]
+    timing_model: ModelArgs,
     /// Build (and with --timing, model) only: no emulated run, no check.
     #[arg(long)]
     no_run: bool,
@@ -194,6 +213,21 @@ pub fn run(a: MoeArgs) -> Result<()> {
     let spec = a.spec(a.model.model.activation, bias)?;
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate().context("checking the kernels' spec")?;
+    let traces = if a.timing {
+        a.timing_model.check()?;
+        let mut stages = vec![Stage::GateUp, Stage::Down];
+        if spec.combine_kind() == Combine::SortedReduce {
+            stages.push(Stage::Reduce);
+        }
+        stages
+            .into_iter()
+            .map(|s| Ok(crate::timing::trace_for(&a.timing_model, &stage_name(s))?.map(|t| (s, t))))
+            .filter_map(Result::transpose)
+            .collect::<Result<BTreeMap<_, _>>>()?
+    } else {
+        a.timing_model.refuse_without("--timing")?;
+        BTreeMap::new()
+    };
     spec.check_shape(&shape)
         .context("checking the layer against the spec")?;
     if a.tokens == 0 {
@@ -207,7 +241,10 @@ pub fn run(a: MoeArgs) -> Result<()> {
     let per_expert: usize = expert_group_bytes(&shape)?.iter().sum();
     check_host(&shape, a.tokens, most_touched, per_expert)?;
     let scoring = scoring(&a.model, shape.experts, shape.topk, a.seed);
-    let routing = random_routing(&shape, a.tokens, &scoring, a.seed)?;
+    let routing = match a.routing {
+        RoutingKind::Uniform => random_routing(&shape, a.tokens, &scoring, a.seed)?,
+        RoutingKind::Skewed => skewed_routing(&shape, a.tokens, &scoring, a.seed)?,
+    };
     let counts = routing.counts();
     let touched: Vec<usize> = (0..shape.experts).filter(|&e| counts[e] > 0).collect();
     let t = Instant::now();
@@ -226,6 +263,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
         "weights": match &a.weights { Some(p) => p.display().to_string(), None => "random".into() },
         "bias": bias,
         "routing": {
+            "kind": a.routing.to_possible_value().map(|v| v.get_name().to_string()),
             "pairs": a.tokens * shape.topk,
             "experts_touched": touched.len(),
         },
@@ -249,7 +287,16 @@ pub fn run(a: MoeArgs) -> Result<()> {
         summary["run"] = checked;
     }
     if a.timing {
-        summary["timing"] = model_time(&layer, &shape, &routing, &touched, per_expert, a.seed)?;
+        summary["timing"] = model_time(
+            &layer,
+            &shape,
+            &routing,
+            &touched,
+            per_expert,
+            a.seed,
+            &a.timing_model,
+            traces,
+        )?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -278,6 +325,44 @@ fn random_routing(
         })
         .collect();
     route(&logits, tokens, shape.experts, shape.topk, scoring).context("routing the tokens")
+}
+
+/// Every token on the same `topk` experts: consecutive ones from a seeded first, so a grouped
+/// router keeps them (they span at most two groups), their logits raised far above the rest
+/// so the model's router picks them and weighs them by their random logits.
+fn skewed_routing(
+    shape: &MoeShape,
+    tokens: usize,
+    scoring: &Scoring,
+    seed: u64,
+) -> Result<Routing> {
+    let (experts, topk) = (shape.experts, shape.topk);
+    let first = (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize
+        % (experts.saturating_sub(topk) + 1);
+    let chosen = first..first + topk;
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let logits: Vec<f32> = (0..tokens * experts)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let r = ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0;
+            if chosen.contains(&(i % experts)) {
+                r + 64.0
+            } else {
+                r
+            }
+        })
+        .collect();
+    let routing = route(&logits, tokens, experts, topk, scoring).context("routing the tokens")?;
+    let counts = routing.counts();
+    if chosen.clone().any(|e| counts[e] != tokens) {
+        bail!(
+            "the router did not send every token to experts {first}..{}: skewed routing needs top-k experts one or two of its groups hold",
+            first + topk
+        );
+    }
+    Ok(routing)
 }
 
 /// The emulator's memory limit (half of this machine's memory unless raised).
@@ -423,8 +508,18 @@ fn run_and_check(
     }))
 }
 
+/// A stage's name in JSON and in trace file names (`gate-up`, `down`, `reduce`).
+fn stage_name(stage: Stage) -> String {
+    serde_json::to_value(stage)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| stage.to_string())
+}
+
 /// Each kernel's MI355X time from the timing model, on the pass's real routing (sorted ids,
-/// block experts, tokens) with full-size lazily zeroed weights and intermediates.
+/// block experts, tokens) with full-size lazily zeroed weights and intermediates; `traces`
+/// holds the trace file of each stage when one is asked for.
+#[allow(clippy::too_many_arguments)]
 fn model_time(
     layer: &MoeLayer,
     shape: &MoeShape,
@@ -432,6 +527,8 @@ fn model_time(
     touched: &[usize],
     per_expert: usize,
     seed: u64,
+    model: &ModelArgs,
+    mut traces: BTreeMap<Stage, (PathBuf, Output)>,
 ) -> Result<serde_json::Value> {
     let plan = layer.plan(shape, routing)?;
     let x = random_tokens(shape, routing.tokens(), seed ^ 0x70c3)?;
@@ -479,7 +576,8 @@ fn model_time(
     } else {
         None
     };
-    let params = Params::mi355x();
+    let params = model.params()?;
+    let options = model.options();
     let mut total = 0.0;
     let mut kernels = Vec::new();
     for (stage, config, args) in layer.launches(shape, &plan, &bufs, wptrs, bias)? {
@@ -499,9 +597,17 @@ fn model_time(
             kernarg: &kernarg,
         };
         let t = Instant::now();
-        let p = timing::predict(&mut mem, prog, &launch, &params, &TimingOptions::default())
+        let p = timing::predict(&mut mem, prog, &launch, &params, &options)
             .with_context(|| format!("modelling the {stage} kernel"))?;
+        let model_s = t.elapsed().as_secs_f64();
         total += p.us;
+        let trace = match traces.remove(&stage) {
+            Some((path, out)) => {
+                crate::timing::write_trace(out, &p)?;
+                Some(path.display().to_string())
+            }
+            None => None,
+        };
         kernels.push(json!({
             "stage": stage,
             "us": p.us,
@@ -514,8 +620,12 @@ fn model_time(
             "cycles": p.cycles,
             "memory": p.memory,
             "stalls": p.stalls,
-            "method": p.method_detail,
-            "model_s": t.elapsed().as_secs_f64(),
+            "method": p.method,
+            "method_detail": p.method_detail,
+            "workgroups_simulated": p.workgroups_simulated,
+            "workgroups_total": p.workgroups_total,
+            "model_s": model_s,
+            "trace": trace,
         }));
     }
     // The roofline of the weights the routing touches: every byte read once from HBM, at the
@@ -525,6 +635,7 @@ fn model_time(
     let sustained = params.vmem.hbm_gbs.get() * 1e9;
     let roofline_us = touched_bytes / peak * 1e6;
     Ok(json!({
+        "method": model.method_name(),
         "total_us": total,
         "kernels": kernels,
         "touched_weight_bytes": touched_bytes,
@@ -552,8 +663,10 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
         spec.combine_kind()
     );
     println!(
-        "  routing: {} pairs over {} experts",
-        s["routing"]["pairs"], s["routing"]["experts_touched"]
+        "  {} routing: {} pairs over {} experts",
+        s["routing"]["kind"].as_str().unwrap_or(""),
+        s["routing"]["pairs"],
+        s["routing"]["experts_touched"]
     );
     for k in layer.kernels() {
         let r = k.report();
@@ -594,13 +707,18 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
     if let Some(t) = s.get("timing") {
         for k in t["kernels"].as_array().into_iter().flatten() {
             println!(
-                "  modelled {}: {:.2} us ({}, {:.0} GB/s HBM, MFMA busy {:.0}%)",
+                "  modelled {}: {:.2} us ({}, {:.0} GB/s HBM, MFMA busy {:.0}%; {}, {:.1} s)",
                 k["stage"].as_str().unwrap_or(""),
                 k["us"].as_f64().unwrap_or(0.0),
                 k["bound"].as_str().unwrap_or(""),
                 k["hbm_gbs"].as_f64().unwrap_or(0.0),
-                100.0 * k["mfma_busy"].as_f64().unwrap_or(0.0)
+                100.0 * k["mfma_busy"].as_f64().unwrap_or(0.0),
+                k["method_detail"].as_str().unwrap_or(""),
+                k["model_s"].as_f64().unwrap_or(0.0)
             );
+            if let Some(path) = k["trace"].as_str() {
+                println!("    wrote the trace {path}");
+            }
         }
         println!(
             "  modelled layer: {:.2} us; touched expert weights {:.1} MB read at the 8 TB/s peak take {:.2} us: {:.0}% of the roofline ({:.0}% of the model's {:.1} TB/s sustained)",

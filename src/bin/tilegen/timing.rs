@@ -1,5 +1,5 @@
 //! The MI355X timing model on the command line: `tilegen emu time`, and the `--timing` of
-//! `emu run` and `gemm`.
+//! `emu run`, `gemm`, `moe` and `attention`.
 //!
 //! A prediction runs the kernel's real code on the emulator's timing model. Buffers the model
 //! does not need the contents of are zero memory allocated lazily (`zero:BYTES`, and the
@@ -14,7 +14,8 @@ use tilegen::codeobj::CodeObject;
 use tilegen::emu::exec::{DeviceMemory, Program};
 use tilegen::runtime::{ArgValue, DevicePtr, LaunchConfig, kernargs};
 use tilegen::timing::{
-    self, CrossXcd, Method, Params, Prediction, TimingLaunch, TimingOptions, TraceOptions,
+    self, CrossXcd, LoopExtrapolation, Method, Params, Prediction, TimingLaunch, TimingOptions,
+    TraceOptions,
 };
 use tilegen_output::Output;
 
@@ -35,7 +36,9 @@ pub struct ModelArgs {
     #[arg(long, conflicts_with = "full_simulation")]
     pub no_census: bool,
     /// Write a Chrome/Perfetto trace (JSON trace events; open in ui.perfetto.dev) of one CU's
-    /// waves over the first cycles of the run.
+    /// waves over the first cycles of the run. Commands that time several kernels write one
+    /// file each, the kernel's stage before the extension (`t.json`: `t.gate-up.json`,
+    /// `t.down.json`; attention's `t.main.json`, `t.reduce.json`).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Cycles the trace covers.
@@ -65,14 +68,33 @@ impl ModelArgs {
             .transpose()
     }
 
-    fn params(&self) -> Result<Params> {
+    /// Refuses the model's flags when nothing is modelled (`with` names the flags that turn
+    /// the model on).
+    pub fn refuse_without(&self, with: &str) -> Result<()> {
+        if self.params.is_some() || self.full_simulation || self.no_census || self.trace.is_some() {
+            bail!("--params, --full-simulation, --no-census and --trace go with {with}");
+        }
+        Ok(())
+    }
+
+    /// The method in the words of the JSON reports: `rounds` (sampled) or `full`.
+    pub fn method_name(&self) -> &'static str {
+        match self.options().method {
+            Method::Rounds => "rounds",
+            Method::Full => "full",
+        }
+    }
+
+    /// The timing parameters: the `--params` file's, else the built-in MI355X table.
+    pub fn params(&self) -> Result<Params> {
         match &self.params {
             Some(p) => Params::from_file(p).with_context(|| format!("--params {}", p.display())),
             None => Ok(Params::mi355x()),
         }
     }
 
-    fn options(&self) -> TimingOptions {
+    /// The model's options from the flags.
+    pub fn options(&self) -> TimingOptions {
         TimingOptions {
             trace: self.trace.as_ref().map(|_| TraceOptions {
                 cycles: self.trace_cycles,
@@ -127,6 +149,49 @@ pub fn predict(
     trace_out: Option<Output>,
     args: impl FnOnce(&mut DeviceMemory) -> Result<Vec<ArgValue>>,
 ) -> Result<Prediction> {
+    predict_loop(
+        code_object,
+        kernel,
+        config,
+        model,
+        trace_out,
+        args,
+        |values, _| Ok(values.clone()),
+        None,
+    )
+}
+
+/// A main loop of `steps` steps timed from two short runs when `extrapolation` applies (see
+/// [`tilegen::timing::predict_loop`]).
+#[derive(Debug, Clone, Copy)]
+pub struct KLoop {
+    /// Steps of the launch's main loop.
+    pub steps: u32,
+    /// The short runs; `None` simulates every step.
+    pub extrapolation: Option<LoopExtrapolation>,
+}
+
+impl KLoop {
+    /// Whether the prediction of this loop is extrapolated.
+    pub fn extrapolated(&self) -> bool {
+        self.extrapolation.is_some_and(|x| x.applies(self.steps))
+    }
+}
+
+/// [`predict`] of a launch whose main loop may be extrapolated: `alloc` makes the launch's
+/// buffers in the model's memory, `args(&buffers, steps)` its arguments with the loop's trip
+/// count set to `steps` (`None`: the launch's own).
+#[allow(clippy::too_many_arguments)]
+pub fn predict_loop<B>(
+    code_object: &[u8],
+    kernel: &str,
+    config: &LaunchConfig,
+    model: &ModelArgs,
+    trace_out: Option<Output>,
+    alloc: impl FnOnce(&mut DeviceMemory) -> Result<B>,
+    args: impl Fn(&B, Option<u32>) -> Result<Vec<ArgValue>>,
+    k_loop: Option<KLoop>,
+) -> Result<Prediction> {
     let co = CodeObject::parse(code_object).context("reading the code object")?;
     let meta = co
         .kernel(kernel)
@@ -135,23 +200,67 @@ pub fn predict(
     let mut memory = DeviceMemory::new();
     let program =
         Program::load(&mut memory, &co, kernel).context("loading the kernel for the model")?;
-    let values = args(&mut memory)?;
-    let segment =
-        kernargs::build(meta, config, &values).context("building the kernel arguments")?;
+    let buffers = alloc(&mut memory)?;
+    let segment = kernargs::build(meta, config, &args(&buffers, None)?)
+        .context("building the kernel arguments")?;
     let launch = TimingLaunch {
         grid: config.grid,
         block: config.block,
         dynamic_lds: config.dynamic_lds,
         kernarg: &segment,
     };
-    let prediction = timing::predict(&mut memory, &program, &launch, &params, &model.options())
-        .context("the timing model")?;
-    if let (Some(out), Some(trace)) = (trace_out, prediction.trace.as_ref()) {
+    let kernarg_for = |steps: u32| -> Result<Vec<u8>> {
+        kernargs::build(meta, config, &args(&buffers, Some(steps))?)
+            .with_context(|| format!("building the kernel arguments of {steps} loop steps"))
+    };
+    let k_loop = k_loop.unwrap_or(KLoop {
+        steps: 0,
+        extrapolation: None,
+    });
+    let prediction = timing::predict_loop::<anyhow::Error>(
+        &mut memory,
+        &program,
+        &launch,
+        k_loop.steps,
+        &kernarg_for,
+        &params,
+        &model.options(),
+        k_loop.extrapolation,
+    )
+    .context("the timing model")?;
+    if let Some(out) = trace_out {
+        write_trace(out, &prediction)?;
+    }
+    Ok(prediction)
+}
+
+/// Writes the prediction's trace (when it has one) to `out`.
+pub fn write_trace(out: Output, prediction: &Prediction) -> Result<()> {
+    if let Some(trace) = prediction.trace.as_ref() {
         let mut file = out.create()?;
         timing::write_trace(trace, &mut file).context("writing the trace")?;
         file.commit()?;
     }
-    Ok(prediction)
+    Ok(())
+}
+
+/// The trace file of one kernel of several launched together: `--trace`'s path with `name`
+/// before its extension (`t.json` -> `t.down.json`), checked before any work.
+pub fn trace_for(model: &ModelArgs, name: &str) -> Result<Option<(PathBuf, Output)>> {
+    let Some(path) = &model.trace else {
+        return Ok(None);
+    };
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = match path.extension() {
+        Some(ext) => format!("{stem}.{name}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{name}"),
+    };
+    let p = path.with_file_name(file);
+    let out = Output::check(&p).with_context(|| format!("--trace {}", p.display()))?;
+    Ok(Some((p, out)))
 }
 
 /// The prediction for a person: time, clock, MFMA busy, HBM bandwidth, the bound and the
