@@ -12,11 +12,14 @@
 //!   allocate their own memory (the timing model).
 //! * [`calibrate`]: predictors of kernel time against the measured table, with a fixed
 //!   calibration / held-out split.
+//! * [`fmoe`]: a second measured family, AITER's FP8 fused-MoE stage-1 asm kernels: index,
+//!   tuned rows, launch, routing, inputs and the timing model on every row.
 #![deny(missing_docs)]
 
 pub mod calibrate;
 mod corpus;
 mod error;
+pub mod fmoe;
 mod inputs;
 mod kernargs;
 mod kernel;
