@@ -201,3 +201,32 @@ fn the_kernels_of_the_table_agree_with_the_reference() {
         );
     }
 }
+
+/// The timing model runs a real row (the table's cheapest: 16 tokens on the 128x128 kernel)
+/// with its routing: a finite prediction of the measured order, from a simulation of the
+/// workgroups that do work only (the rest of the grid exits at once).
+#[test]
+fn the_timing_model_predicts_a_row() {
+    use tilegen_aiter::fmoe::model::FmoeModel;
+    let Some(c) = fmoe_corpus() else { return };
+    let rows = c.rows().unwrap();
+    let row = rows
+        .iter()
+        .filter(|r| r.launch(c.kernels()).unwrap().kernel().tile_m() == 128)
+        .min_by_key(|r| r.problem().tokens())
+        .unwrap();
+    let run = FmoeModel::new(tilegen_timing::Params::mi355x())
+        .run(row, c.kernels(), false)
+        .unwrap();
+    let t = run.sampled().as_ref().unwrap();
+    assert!(t.us.is_finite() && t.us > 0.0);
+    let ratio = t.us / row.us();
+    assert!(
+        (0.25..4.0).contains(&ratio),
+        "predicted {} us, measured {} us",
+        t.us,
+        row.us()
+    );
+    assert!(run.working_workgroups() < run.launch().workgroups());
+    assert!(run.full().is_none());
+}

@@ -13,6 +13,7 @@
 //!   buffers and the 368-byte argument block ([`FmoeField`] documents each field and its unit).
 //! * [`Routing`], [`SortedRouting`]: the tuner's routing and `moe_sorting`'s lists.
 //! * [`FmoeInputs`]: data in the kernels' layouts and the CPU reference.
+//! * [`model`]: the timing model on every row, with the error statistics by regime and tile.
 //!
 //! Limits: only unsplit launches (`ksplit = 0`, all the table's rows), bf16 output, FP8 inputs.
 
@@ -20,6 +21,7 @@ mod error;
 mod inputs;
 mod kernargs;
 mod kernel;
+pub mod model;
 mod routing;
 mod table;
 
