@@ -296,9 +296,7 @@ fn run_kernel(a: RunArgs) -> Result<()> {
     let trace_out = if a.timing {
         Some(a.model.check()?)
     } else {
-        if a.model.params.is_some() || a.model.full_simulation || a.model.trace.is_some() {
-            bail!("--params, --full-simulation and --trace go with --timing");
-        }
+        a.model.refuse_without("--timing")?;
         None
     };
     let bytes = std::fs::read(&l.code_object)
