@@ -344,6 +344,36 @@ pub fn report(runs: &[FmoeRun]) -> String {
             pct(b.signed_median()),
         ));
     }
+    // The two methods on the same rows: those with a full simulation.
+    let both: Vec<(f64, f64, f64)> = runs
+        .iter()
+        .filter_map(|r| match (r.sampled(), r.full()) {
+            (Ok(a), Some(Ok(b))) => Some((a.us, b.us, r.row().us())),
+            _ => None,
+        })
+        .collect();
+    if !both.is_empty() {
+        let of =
+            |f: &dyn Fn(&(f64, f64, f64)) -> f64| ErrorStats::new(both.iter().map(f).collect(), 0);
+        let (a, b, d) = (
+            of(&|t| relative(t.0, t.2)),
+            of(&|t| relative(t.1, t.2)),
+            of(&|t| relative(t.0, t.1)),
+        );
+        s.push_str(&format!(
+            "same {} rows: sampled median {} p90 {} signed {}; full median {} p90 {} signed {}; sampled vs full: median {} p90 {} signed {}\n",
+            both.len(),
+            abs(a.median()),
+            abs(a.p90()),
+            pct(a.signed_median()),
+            abs(b.median()),
+            abs(b.p90()),
+            pct(b.signed_median()),
+            abs(d.median()),
+            abs(d.p90()),
+            pct(d.signed_median()),
+        ));
+    }
     let cpu: Vec<f64> = runs
         .iter()
         .filter_map(|r| r.sampled().as_ref().ok().map(|t| t.cpu_seconds))
