@@ -464,6 +464,79 @@ pub fn runs_csv(runs: &[FmoeRun]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fmoe::kernel::tests::kernel;
+
+    /// Runs of two rows of the 32x512 kernel measured at 100 and 300 µs, predicted 10% over
+    /// and 20% under, the second without a full simulation.
+    fn runs() -> Vec<FmoeRun> {
+        let k = kernel(32, 512, true);
+        let header = "cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,us1,kernelName1\n";
+        let line = |tokens: u32, us: f64| {
+            format!(
+                "256,{tokens},7168,512,256,8,ActivationType.Silu,torch.bfloat16,torch.float8_e4m3fn,torch.float8_e4m3fn,QuantType.per_Token,1,1,32,0,{us},{}\n",
+                k.symbol()
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        std::fs::write(
+            &path,
+            format!("{header}{}{}", line(16, 100.0), line(2048, 300.0)),
+        )
+        .unwrap();
+        let rows = super::super::table::parse_table(&path, 256).unwrap();
+        let timing = |us: f64| FmoeTiming {
+            us,
+            cycles: 1,
+            bound: Bound::MemoryBandwidth,
+            hbm_gbs: 1.0,
+            workgroups_simulated: 1,
+            cpu_seconds: 0.5,
+        };
+        rows.iter()
+            .zip([(110.0, Some(105.0)), (240.0, None)])
+            .map(|(row, (sampled, full))| {
+                let launch = row.launch(std::slice::from_ref(&k)).unwrap();
+                let p = *launch.problem();
+                let sorted =
+                    SortedRouting::new(&p, &Routing::uniform(&p, 1), launch.block_m()).unwrap();
+                FmoeRun {
+                    row: row.clone(),
+                    working_workgroups: sorted.valid_blocks() as u64,
+                    launch,
+                    sampled: Ok(timing(sampled)),
+                    full: full.map(|f| Ok(timing(f))),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn groups_and_statistics() {
+        let runs = runs();
+        // 16 tokens x 8 experts over 256 experts: fewer than 256 blocks; 2048 tokens: more.
+        assert!(in_regime(&runs[0], Regime::Workgroups256));
+        assert!(in_regime(&runs[1], Regime::WorkgroupsMore));
+        assert!(in_regime(&runs[1], Regime::Over200us) && !in_regime(&runs[0], Regime::Over200us));
+        let groups = FmoeGroup::of(&runs);
+        assert_eq!(groups.first(), Some(&FmoeGroup::All));
+        assert_eq!(groups.last(), Some(&FmoeGroup::Tile("32x512".into())));
+        let all = FmoeGroup::All.stats(&runs, false);
+        assert_eq!((all.rows(), all.failed()), (2, 0));
+        assert!((all.signed_median() + 0.2).abs() < 1e-12);
+        assert!((all.p90() - 0.2).abs() < 1e-12);
+        let full = FmoeGroup::All.stats(&runs, true);
+        assert_eq!(full.rows(), 1);
+        assert!((full.median() - 0.05).abs() < 1e-12);
+        let text = report(&runs);
+        assert!(text.contains("same 1 rows"), "{text}");
+        let csv = runs_csv(&runs);
+        assert_eq!(csv.lines().count(), 3);
+        assert!(
+            csv.lines().nth(1).unwrap().contains(",110.000,0.1000,"),
+            "{csv}"
+        );
+    }
 
     #[test]
     fn median_and_max_of_small_lists() {
