@@ -11,7 +11,9 @@
 //! * Anything wrong in the launch (a field, a stride, the expert or token a row reads, a scale,
 //!   the weight of doweight) moves outputs by their own size, many times the bound.
 //!
-//! SiLU only: the GELU the kernels evaluate is not pinned down here (see `fmoe::activation`).
+//! The kernels alternate between SiLU and GELU (the tanh form the kernels evaluate, see
+//! `fmoe::activation`); both evaluate `e^x` and a reciprocal in hardware, which the bound
+//! covers for either.
 
 use tilegen_aiter::fmoe::{
     Activation, FmoeCorpus, FmoeField, FmoeInputs, FmoeKernel, FmoeLaunch, FmoePointers,
@@ -118,9 +120,10 @@ fn check(
     model_dim: u32,
     experts: u32,
     topk: u32,
+    act: Activation,
 ) -> (usize, f64) {
     let inter = kernel.tile_n() * 2;
-    let p = FmoeProblem::new(tokens, model_dim, inter, experts, topk, Activation::Silu).unwrap();
+    let p = FmoeProblem::new(tokens, model_dim, inter, experts, topk, act).unwrap();
     let launch = FmoeLaunch::new(kernel, p).unwrap();
     let routing = Routing::uniform(&p, 11);
     let sorted = SortedRouting::new(&p, &routing, kernel.tile_m()).unwrap();
@@ -154,11 +157,15 @@ fn check(
 }
 
 /// Kernels of the table whose output disagrees with the reference on the emulator, in the same
-/// place for every row and expert: intermediate columns 192 to 239 hold garbage (values up to
-/// 1e30 or 0), all other columns agree within the bound. All three are `pf2` variants of wide
-/// tiles whose `pf3` twins agree. Not resolved: either an emulator semantic these code paths
-/// reach or a dependence of the kernels on state the emulator does not reproduce. Their timing
-/// predictions do not depend on the data.
+/// place for every row and expert: intermediate columns 192 to 239 (one wave's share of the
+/// tile) hold garbage (up to 1e30, or 0 with a single token); all other columns agree within
+/// the bound. All three are `pf2` variants of wide tiles whose `pf3` twins agree. The likely
+/// cause is a race in the kernels, not in the emulator's semantics: after the main loop's last
+/// `s_barrier` each wave still reads activations from LDS (`ds_read_b128`), then stages its
+/// epilogue through LDS (`ds_write_b64`) with no barrier in between; the emulator runs each
+/// wave to its next barrier in wave order, so an earlier wave's epilogue can overwrite LDS a
+/// later wave has yet to read, which concurrent waves on the hardware do not expose. Their
+/// timing predictions do not depend on the data.
 const DISAGREEING: [&str; 3] = [
     "fmoe_stage1_bf16_pertokenFp8_g1u1_32x512_pf2",
     "fmoe_stage1_bf16_pertokenFp8_doweight_g1u1_32x512_pf2",
@@ -193,10 +200,11 @@ fn the_kernels_of_the_table_agree_with_the_reference() {
         .filter(|k| !DISAGREEING.contains(&k.name()))
         .collect();
     assert_eq!(checked.len(), 16);
-    for k in checked {
-        let (n, worst) = check(k, 9, 512, 8, 3);
+    for (i, k) in checked.iter().enumerate() {
+        let act = [Activation::Silu, Activation::Gelu][i % 2];
+        let (n, worst) = check(k, 9, 512, 8, 3, act);
         eprintln!(
-            "{}: {n} outputs, worst error {worst:.3} of the bound",
+            "{} ({act:?}): {n} outputs, worst error {worst:.3} of the bound",
             k.name()
         );
     }

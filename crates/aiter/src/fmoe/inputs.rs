@@ -152,9 +152,9 @@ impl FmoeInputs {
     }
 }
 
-/// `act(g)`. SiLU is `g / (1 + e^-g)`; GELU is the erf form AITER's torch reference uses,
-/// evaluated with the tanh approximation's leading terms no better than 1e-3 relative, so only
-/// SiLU is fit for exact comparisons.
+/// `act(g)`. SiLU is `g / (1 + e^-g)`; GELU is the tanh approximation
+/// `0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))`, the form the kernels evaluate (their code
+/// computes `g / (1 + e^(-1.5957691 g - 0.0713548 g^3))`, the same function).
 pub fn activation(act: Activation, g: f64) -> f64 {
     match act {
         Activation::Silu => g / (1.0 + (-g).exp()),
