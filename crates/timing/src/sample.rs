@@ -1,7 +1,7 @@
-//! How a prediction samples the grid: every workgroup on every CU ([`Method::Full`]), or one
-//! round of XCD 0 and the last partial round ([`Method::Rounds`]) with each round's census of
-//! the lines the other XCDs load; and how the simulated rounds extrapolate to the kernel
-//! ([`Extrapolation`]).
+//! How a prediction samples the grid: every workgroup on every CU ([`Method::Full`]), or XCD
+//! 0's first two rounds (with its last partial one) simulated together, or its first round
+//! alone ([`Method::Rounds`]), with the census of the lines the other XCDs load; and how the
+//! simulated rounds extrapolate to the kernel ([`Extrapolation`]).
 
 use std::collections::VecDeque;
 
@@ -82,6 +82,12 @@ enum Extrapolation {
     /// `rounds - 1` rounds taking the first one's time and a last partial round simulated
     /// on its own.
     WithLast { rounds: u64 },
+    /// The first two rounds simulated together (the second finds the lines the first left in
+    /// L2 and MALL, and starts as the first's workgroups end) with, if `last`, the last
+    /// partial round after them; every further full round takes the second's increment.
+    Warm { rounds: u64, step: u64, last: bool },
+    /// Two rounds (the second possibly partial) simulated together: that run is the kernel.
+    Two,
 }
 
 impl Extrapolation {
@@ -102,12 +108,31 @@ impl Extrapolation {
     /// overlaps its write-back); the last ends when HBM has taken its writes.
     fn cycles(self, first: &SimResult, last: Option<&SimResult>) -> u64 {
         match self {
-            Extrapolation::One => first.drained,
+            Extrapolation::One | Extrapolation::Two => first.drained,
             Extrapolation::Repeated { rounds } => first.end * (rounds - 1) + first.drained,
             Extrapolation::WithLast { rounds } => {
                 first.end * (rounds - 1) + last.map_or(first.drained, |l| l.drained)
             }
+            // `first` is the simulation of the first two rounds and the last partial one.
+            Extrapolation::Warm { rounds, step, last } => {
+                first.drained + step * (rounds - 2 - u64::from(last))
+            }
         }
+    }
+
+    /// The increment of a round in steady state, from the simulation of the first two rounds
+    /// whose first `n` workgroups were the first round's and next `n` the second's: the mean
+    /// of the second `n` ends less the mean of the first `n` (under dynamic dispatch a round's
+    /// workgroups end before the next round's on the same slot).
+    fn step(two: &SimResult, n: usize) -> Option<u64> {
+        let mut ends: Vec<u64> = two.finished.iter().map(|f| f.end).collect();
+        if n == 0 || ends.len() < 2 * n {
+            return None;
+        }
+        ends.sort_unstable();
+        let (a, b) = ends[..2 * n].split_at(n);
+        let (a, b) = (mean(a.iter().copied())?, mean(b.iter().copied())?);
+        b.checked_sub(a).filter(|&d| d > 0)
     }
 }
 
@@ -356,9 +381,30 @@ impl Simulator<'_> {
         let n0 = self.total.div_ceil(xcds);
         let per_round = cpx * self.capacity();
         let rounds = n0.div_ceil(per_round).max(1);
-        let first = self.round(0, self.trace(), None)?;
         let last_workgroups = n0 - (rounds - 1) * per_round;
-        let how = Extrapolation::of(rounds, last_workgroups, per_round);
+        let warm = self.opts.warm_rounds && rounds >= 2;
+        let (first, how) = if warm {
+            let has_last = rounds > 2 && last_workgroups < per_round;
+            let (two, step) = self.two_rounds(self.trace(), has_last.then_some(rounds - 1))?;
+            let how = match step {
+                _ if rounds == 2 => Extrapolation::Two,
+                Some(step) => Extrapolation::Warm {
+                    rounds,
+                    step,
+                    last: has_last,
+                },
+                // No increment to tell: the run's mean round.
+                None => Extrapolation::Warm {
+                    rounds,
+                    step: two.sim.0.end / (2 + u64::from(has_last)),
+                    last: has_last,
+                },
+            };
+            (two, how)
+        } else {
+            let first = self.round(0, self.trace(), None)?;
+            (first, Extrapolation::of(rounds, last_workgroups, per_round))
+        };
         let last = match how {
             Extrapolation::WithLast { .. } => {
                 // A last round at least half full shares its lines as a full one does (the
@@ -387,6 +433,24 @@ impl Simulator<'_> {
                 workgroups(first.workgroups),
                 rounds - 1,
                 workgroups(last.as_ref().map_or(0, |l| l.workgroups))
+            ),
+            Extrapolation::Two => format!(
+                "2 rounds on XCD 0 simulated together ({} on {sim_cus} CUs, the second finding the lines the first left in L2 and MALL)",
+                workgroups(first.workgroups)
+            ),
+            Extrapolation::Warm {
+                rounds,
+                step,
+                last: has_last,
+            } => format!(
+                "{rounds} rounds of {} on XCD 0: rounds 1 and 2{} ({} on {sim_cus} CUs) simulated together, each further full round x {step} cycles (the second's increment)",
+                workgroups(per_round),
+                if has_last {
+                    " and the last, partial one"
+                } else {
+                    ""
+                },
+                workgroups(first.workgroups),
             ),
         };
         let mut censuses = Vec::new();
@@ -419,20 +483,80 @@ impl Simulator<'_> {
         Ok((sampled, sims))
     }
 
-    /// Simulates round `r` of XCD 0 (the k-th workgroup of the round on CU `k mod 32`, the
-    /// CUs past the simulated ones left out), with its census, or `reuse` as its census.
-    fn round(
+    /// Simulates the first two rounds of XCD 0 together, and round `last` after them if
+    /// given: the workgroups of the simulated CUs dispatched as slots free, the first round's
+    /// census standing for all (the census costs about as much as a round's simulation).
+    /// Returns the run and the second round's increment ([`Extrapolation::step`]; `None`
+    /// when it cannot be told).
+    fn two_rounds(
         &self,
-        r: u64,
         trace: Option<(TraceOptions, f64)>,
-        reuse: Option<Census>,
-    ) -> Result<RoundRun, TimingError> {
+        last: Option<u64>,
+    ) -> Result<(RoundRun, Option<u64>), TimingError> {
+        let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus as u64);
+        let per_round = cpx * self.capacity();
+        let n0 = self.total.div_ceil(xcds);
+        // The workgroups round `r` puts on the simulated CUs (its k-th on CU `k mod cpx`).
+        let simulated = |r: u64| {
+            (0..per_round)
+                .filter(move |k| k % cpx < sim_cus && r * per_round + k < n0)
+                .map(move |k| (r * per_round + k) * xcds)
+        };
+        let first = self.round_set(0);
+        let census = match &self.opts.cross_xcd {
+            _ if xcds < 2 => None,
+            CrossXcd::Known(k) if k.rounds.is_empty() && !k.classes.is_empty() => None,
+            CrossXcd::Known(k) => Some(
+                k.round(0)
+                    .cloned()
+                    .ok_or(TimingError::UnknownCensusRound { round: 0 })?,
+            ),
+            CrossXcd::Census { instructions } => {
+                let lists = self.lists(&first);
+                Some(self.census_of(&lists, &first, *instructions)?)
+            }
+            CrossXcd::Ignore => None,
+        };
+        let n = simulated(0).count();
+        let queue: VecDeque<u64> = simulated(0)
+            .chain(simulated(1))
+            .chain(last.into_iter().flat_map(simulated))
+            .collect();
+        let workgroups = queue.len() as u64;
+        let sim_active = (n as f64).min(sim_cus as f64).max(1.0);
+        let xcd0_active = (first.xcd0.len() as u64).min(cpx) as f64;
+        let gpu_active = first.gpu.min(xcds * cpx).max(1) as f64;
+        let scope = Scope {
+            cus: self.sim_cus,
+            xcds: 1,
+            gpu_share: (sim_active / gpu_active).min(1.0),
+            l2_share: (sim_active / xcd0_active).min(1.0),
+            shares: census.as_ref().map_or_else(Vec::new, |c| c.shares.clone()),
+        };
+        let dispatch = Dispatch::Dynamic {
+            pending: vec![queue],
+            rr: vec![0],
+        };
+        let sim = self.simulate(&scope, dispatch, trace)?;
+        let step = Extrapolation::step(&sim.0, n);
+        Ok((
+            RoundRun {
+                sim,
+                workgroups,
+                census: census.map(|c| (0, c)),
+            },
+            step,
+        ))
+    }
+
+    /// The workgroups of round `r`: XCD 0's, the other XCDs', and how many run GPU-wide.
+    fn round_set(&self, r: u64) -> RoundSet {
         let (xcds, total) = (self.xcds, self.total);
         let n0 = total.div_ceil(xcds);
         let per_round = self.cus_per_xcd * self.capacity();
         let first = r * per_round;
         let last = (first + per_round).min(n0);
-        let set = RoundSet {
+        RoundSet {
             xcd0: (first..last).map(|kk| kk * xcds).collect(),
             others: (1..xcds)
                 .map(|x| {
@@ -446,7 +570,33 @@ impl Simulator<'_> {
             gpu: total
                 .saturating_sub(r * per_round * xcds)
                 .min(per_round * xcds),
-        };
+        }
+    }
+
+    /// The simulated CUs' lists of `set`'s XCD 0 workgroups (its k-th on CU `k mod 32`, the
+    /// CUs past the simulated ones left out).
+    fn lists(&self, set: &RoundSet) -> Vec<Vec<u64>> {
+        let cpx = self.cus_per_xcd as usize;
+        let mut lists = vec![Vec::new(); self.sim_cus];
+        for (k, &i) in set.xcd0.iter().enumerate() {
+            let c = k % cpx;
+            if c < self.sim_cus {
+                lists[c].push(i);
+            }
+        }
+        lists
+    }
+
+    /// Simulates round `r` of XCD 0 (the k-th workgroup of the round on CU `k mod 32`, the
+    /// CUs past the simulated ones left out), with its census, or `reuse` as its census.
+    fn round(
+        &self,
+        r: u64,
+        trace: Option<(TraceOptions, f64)>,
+        reuse: Option<Census>,
+    ) -> Result<RoundRun, TimingError> {
+        let xcds = self.xcds;
+        let set = self.round_set(r);
         let known = match &self.opts.cross_xcd {
             _ if xcds < 2 => None,
             // A census of the launch sampled by classes (whose workgroups did unequal work
@@ -476,14 +626,8 @@ impl Simulator<'_> {
         known: Option<Census>,
         trace: Option<(TraceOptions, f64)>,
     ) -> Result<RoundRun, TimingError> {
-        let (xcds, cpx, sim_cus) = (self.xcds, self.cus_per_xcd, self.sim_cus);
-        let mut lists = vec![Vec::new(); sim_cus];
-        for (k, &i) in set.xcd0.iter().enumerate() {
-            let c = k % cpx as usize;
-            if c < sim_cus {
-                lists[c].push(i);
-            }
-        }
+        let (xcds, cpx) = (self.xcds, self.cus_per_xcd);
+        let lists = self.lists(set);
         let sim_active = lists.iter().filter(|l| !l.is_empty()).count().max(1) as f64;
         let xcd0_active = (set.xcd0.len() as u64).min(cpx) as f64;
         // The CUs the round's workgroups occupy GPU-wide.
@@ -500,7 +644,7 @@ impl Simulator<'_> {
             }
         };
         let scope = Scope {
-            cus: sim_cus,
+            cus: self.sim_cus,
             xcds: 1,
             gpu_share: (sim_active / gpu_active).min(1.0),
             l2_share: (sim_active / xcd0_active).min(1.0),

@@ -1,7 +1,8 @@
 //! Grids whose workgroups do unequal work, assembled with llvm-mc-22 and linked with
 //! ld.lld-22: the sampled method ([`Method::Rounds`], which classes the workgroups by a
 //! functional survey) against a full simulation ([`Method::Full`]) and against the sampled
-//! method that assumes every round does the same work (`classes: false`); and a uniform grid,
+//! method that assumes every round does the first round's work (`classes: false`,
+//! `warm_rounds: false`); and a uniform grid,
 //! whose prediction the survey leaves byte for byte as it was.
 
 use std::time::Instant;
@@ -132,6 +133,7 @@ impl Three {
         let (classed, cpu) = run(&TimingOptions::default());
         let (uniform, _) = run(&TimingOptions {
             classes: false,
+            warm_rounds: false,
             ..TimingOptions::default()
         });
         let t = Three {
