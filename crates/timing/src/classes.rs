@@ -37,6 +37,25 @@ pub(crate) const SURVEY_INSTRUCTIONS: u64 = 1_000_000;
 /// twice the survey's budget at this rate is not surveyed.
 const MIN_WAVE_INSTRUCTIONS: u64 = 32;
 
+/// `0..n` in bit-reversed order (the indices below `n` of the bit reversal of `0..2^bits`):
+/// each prefix spreads over the range ever more finely.
+fn spread(n: u64) -> impl Iterator<Item = u64> {
+    let bits = u64::BITS - n.saturating_sub(1).leading_zeros();
+    (0..1u64 << bits)
+        .map(move |k| {
+            if bits == 0 {
+                0
+            } else {
+                k.reverse_bits() >> (u64::BITS - bits)
+            }
+        })
+        .filter(move |&i| i < n)
+}
+
+/// The least number of workgroups the second pass of the survey can follow to their end: a
+/// sampled workgroup runs at most this share of the budget left after the first pass.
+const SAMPLED_SHARE: u64 = 16;
+
 /// Relative difference of instruction counts within which workgroups are one class.
 pub(crate) const TOLERANCE: f64 = 0.05;
 
@@ -77,10 +96,15 @@ pub(crate) struct Survey {
     pub signatures: Vec<Signature>,
     /// Per-wave budget of the first pass (what "did not end" means).
     pub wave_budget: u64,
-    /// Workgroups that ran past the first pass, and of them those run to their end (or
-    /// as far as the budget let them); the others took the signature of the nearest one in
-    /// launch order.
+    /// Workgroups the first pass ran (all, unless the grid is too large; the others took the
+    /// signature of the nearest one in launch order).
+    pub surveyed: u64,
+    /// Workgroups that ran past the first pass, and of them those run on (to their end or to
+    /// [`Survey::sample_cap`]); the others took the signature of the nearest one in launch
+    /// order.
     pub sampled: (u64, u64),
+    /// Most instructions a wave of a workgroup the second pass runs on.
+    pub sample_cap: u64,
     /// Wave-instructions executed.
     pub spent: u64,
 }
@@ -88,21 +112,15 @@ pub(crate) struct Survey {
 impl SurveyRun<'_> {
     /// Surveys the `total` workgroups within about `budget` wave-instructions. A first pass
     /// runs every workgroup with half the budget shared out per wave (the early exits end
-    /// in it); the workgroups still running are then run to their end in bit-reversed order
-    /// of their launch index (so the sample spreads over the grid ever more finely) while the
+    /// in it); the workgroups still running are then run on in bit-reversed order of their
+    /// launch index (so the sample spreads over the grid ever more finely), each to its end or
+    /// to a cap of a sixteenth of the budget left (then it runs past the cap), while the
     /// budget lasts, and the ones left take the signature of the nearest sampled one, since
     /// work varies by ranges of workgroups (rows, blocks). `None` when a workgroup faults
     /// without its global writes (it reads what another one wrote), or when the grid is too
     /// large to survey: the grid is then taken as uniform, as before the survey existed.
     pub(crate) fn run(&self, total: u64, budget: u64) -> Option<Survey> {
         let waves = self.waves_per_workgroup.max(1) as u64;
-        if total
-            .saturating_mul(waves)
-            .saturating_mul(MIN_WAVE_INSTRUCTIONS)
-            > 2 * budget
-        {
-            return None;
-        }
         let mut signatures = vec![
             Signature {
                 ended: false,
@@ -110,20 +128,37 @@ impl SurveyRun<'_> {
             };
             usize::try_from(total).ok()?
         ];
-        let per_wave = (budget / 2 / (total.max(1) * waves))
+        // A grid too large for the first pass to run every workgroup at the fewest
+        // instructions within half the budget runs a spread sample of it (bit-reversed launch
+        // order), the others taking the nearest surveyed workgroup's signature.
+        let first = (budget / 2 / (waves * MIN_WAVE_INSTRUCTIONS)).clamp(1, total.max(1));
+        let mut surveyed: Vec<u64> = if first >= total {
+            (0..total).collect()
+        } else {
+            spread(total).take(first as usize).collect()
+        };
+        surveyed.sort_unstable();
+        let per_wave = (budget / 2 / (surveyed.len().max(1) as u64 * waves))
             .max(MIN_WAVE_INSTRUCTIONS)
             .min(self.wave_limit);
         let mut state = PassState::new(self);
         let mut spent = 0u64;
-        for i in 0..total {
+        for &i in &surveyed {
             let s = state.run(self, i, per_wave)?;
             spent += s.instructions;
             signatures[i as usize] = s;
         }
-        let pending: Vec<u64> = (0..total)
+        let pending: Vec<u64> = surveyed
+            .iter()
+            .copied()
             .filter(|&i| !signatures[i as usize].ended)
             .collect();
         let mut sampled = vec![false; pending.len()];
+        // A sampled workgroup runs at most this many instructions a wave, so that one long
+        // workgroup (the first sampled is the grid's first: often the longest, as in a ragged
+        // batch sorted longest first) cannot take the whole budget: it is recorded as running
+        // past the cap, and the survey goes on with the others.
+        let cap = (budget.saturating_sub(spent) / SAMPLED_SHARE / waves).max(per_wave);
         let bits = usize::BITS - pending.len().saturating_sub(1).leading_zeros();
         for k in 0..(1usize << bits) {
             let pos = k.reverse_bits() >> (usize::BITS - bits).min(usize::BITS - 1);
@@ -132,16 +167,13 @@ impl SurveyRun<'_> {
                 continue;
             }
             let left = budget.saturating_sub(spent) / waves;
-            if left < per_wave {
+            // Only a whole cap: a workgroup cut short by the budget's end would pass for a
+            // long one.
+            if left < cap {
                 break;
             }
-            let s = state.run(self, pending[pos], left.min(self.wave_limit))?;
+            let s = state.run(self, pending[pos], cap.min(self.wave_limit))?;
             spent += s.instructions;
-            if !s.ended {
-                // Out of budget: this workgroup is longer than the survey can follow, and
-                // says no more than the first pass did.
-                break;
-            }
             signatures[pending[pos] as usize] = s;
             sampled[pos] = true;
         }
@@ -166,10 +198,30 @@ impl SurveyRun<'_> {
                 signatures[pending[pos] as usize] = signatures[pending[n] as usize];
             }
         }
+        if surveyed.len() as u64 != total {
+            // Every workgroup the first pass left out: the nearest surveyed one's signature.
+            let mut next = 0usize;
+            for i in 0..total {
+                while next + 1 < surveyed.len() && surveyed[next + 1] <= i {
+                    next += 1;
+                }
+                let a = surveyed[next];
+                if a == i {
+                    continue;
+                }
+                let near = match surveyed.get(next + 1) {
+                    Some(&b) if a < i && b - i < i - a => b,
+                    _ => a,
+                };
+                signatures[i as usize] = signatures[near as usize];
+            }
+        }
         Some(Survey {
             signatures,
             wave_budget: per_wave,
+            surveyed: surveyed.len() as u64,
             sampled: (pending.len() as u64, runs),
+            sample_cap: cap,
             spent,
         })
     }
@@ -178,6 +230,20 @@ impl SurveyRun<'_> {
 impl Survey {
     /// How far the survey ran the workgroups, in words.
     pub(crate) fn describe(&self) -> String {
+        let total = self.signatures.len() as u64;
+        let passes = self.passes();
+        if self.surveyed < total {
+            format!(
+                "a spread sample of {} of the {total} workgroups surveyed, the others taking the nearest one's count; {passes}",
+                self.surveyed
+            )
+        } else {
+            passes
+        }
+    }
+
+    /// What the passes did, in words.
+    fn passes(&self) -> String {
         let (past, runs) = self.sampled;
         if past == 0 {
             format!(
@@ -186,13 +252,13 @@ impl Survey {
             )
         } else if runs == past {
             format!(
-                "each wave run up to {} instructions, the {past} workgroups still running then run on",
-                self.wave_budget
+                "each wave run up to {} instructions, the {past} workgroups still running then run on (up to {} a wave)",
+                self.wave_budget, self.sample_cap
             )
         } else {
             format!(
-                "each wave run up to {} instructions, {runs} of the {past} workgroups still running then run on, the others taking the nearest one's count",
-                self.wave_budget
+                "each wave run up to {} instructions, {runs} of the {past} workgroups still running then run on (up to {} a wave), the others taking the nearest one's count",
+                self.wave_budget, self.sample_cap
             )
         }
     }
@@ -450,7 +516,9 @@ mod tests {
                 })
                 .collect(),
             wave_budget: 100,
+            surveyed: 0,
             sampled: (0, 0),
+            sample_cap: 100,
             spent: 0,
         }
     }
