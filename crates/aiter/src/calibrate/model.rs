@@ -209,16 +209,17 @@ impl TimingModel {
         let result = match self.extrapolation {
             Some(x) if x.applies(steps) => {
                 let k_of = |s: u32| (s * K_STEP) << log2_split;
+                let options = x.options(&self.options);
                 let short = self.simulate(
                     &mut worker,
                     kernel,
                     desc,
                     Some(k_of(x.short_steps)),
-                    &self.options,
+                    &options,
                 );
                 short.and_then(|a| {
                     // The long run loads the same lines first: the short run's census stands.
-                    let mut options = self.options.clone();
+                    let mut options = options.clone();
                     if let Some(s) = &a.xcd_shares {
                         options.cross_xcd = CrossXcd::Known(s.clone());
                     }
