@@ -96,10 +96,11 @@
 //! barriers) are gfx950 facts read from `tilegen_arch` ([`CuLimits::GFX950`]).
 //!
 //! # What is approximate
-//! The parameters no document gives (the clock sustained under matrix load, launch overhead,
-//! workgroup dispatch, the loaded HBM and MALL latencies and bandwidths, the L2 latency and
-//! the rate an L2 channel sustains below its documented peak, ...)
-//! are fitted on the calibration rows of AMD's measured AITER table (`tilegen-aiter`'s
+//! The clock sustained under matrix load is derived from a published throughput and its
+//! matrix-core busy fraction (not fitted: the calibration rows alone put it below what AITER's
+//! fastest rows need). The parameters no document gives (launch overhead, workgroup dispatch,
+//! the loaded HBM and MALL latencies and bandwidths, the L2 latency and the rate an L2
+//! channel sustains below its documented peak, ...) are fitted on the calibration rows of AMD's measured AITER table (`tilegen-aiter`'s
 //! `aiter-calibrate --fit`; their sources in `params.toml` say so, and say which ones those
 //! rows cannot identify). The clock is one number per kernel (the sustained MFMA clock for
 //! kernels with matrix instructions, else the peak); the instruction cache, the scalar cache,
