@@ -86,7 +86,11 @@ impl Regime {
 
     /// Whether `row` is in the regime.
     pub fn contains(self, row: &CalibrationRow) -> bool {
-        let (wg, us) = (row.workgroups(), row.row().us());
+        self.holds(row.workgroups(), row.row().us())
+    }
+
+    /// Whether a launch of `wg` workgroups measured at `us` microseconds is in the regime.
+    pub fn holds(self, wg: u64, us: f64) -> bool {
         match self {
             Regime::Workgroups16 => (1..=16).contains(&wg),
             Regime::Workgroups64 => (17..=64).contains(&wg),

@@ -218,15 +218,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// ([`FmoeRun::working_workgroups`]; every launched grid of the table is past 256 because it
 /// covers every allocated sorted block), the duration regimes the measured time.
 pub fn in_regime(run: &FmoeRun, regime: Regime) -> bool {
-    let (wg, us) = (run.working_workgroups, run.row.us());
-    match regime {
-        Regime::Workgroups16 => (1..=16).contains(&wg),
-        Regime::Workgroups64 => (17..=64).contains(&wg),
-        Regime::Workgroups256 => (65..=256).contains(&wg),
-        Regime::WorkgroupsMore => wg > 256,
-        Regime::Under10us => us < 10.0,
-        Regime::Over200us => us > 200.0,
-    }
+    regime.holds(run.working_workgroups, run.row.us())
 }
 
 /// A group of runs errors are summarised over.
