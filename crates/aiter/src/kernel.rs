@@ -93,19 +93,8 @@ impl F4GemmKernel {
     /// argument layout of [`Field`] (a 384-byte kernarg segment; 368 without `log2_k_split` for
     /// a kernel without split-K) and 256-work-item workgroups.
     pub fn load(&self) -> Result<KernelImage, AiterError> {
-        let bytes = std::fs::read(&self.path).map_err(|source| AiterError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        let code_object = CodeObject::parse(&bytes).map_err(|source| AiterError::CodeObject {
-            path: self.path.clone(),
-            source,
-        })?;
-        let bad = |problem: String| AiterError::KernelMetadata {
-            path: self.path.clone(),
-            symbol: self.symbol.clone(),
-            problem,
-        };
+        let (bytes, code_object) = read_code_object(&self.path)?;
+        let bad = |problem: String| metadata_error(&self.path, &self.symbol, problem);
         let kernel = code_object.kernel(&self.symbol).ok_or_else(|| {
             bad(format!(
                 "not in the code object (it has: {})",
@@ -175,6 +164,28 @@ impl F4GemmKernel {
             lds_bytes: meta.group_segment_fixed_size,
             bytes,
         })
+    }
+}
+
+/// The bytes of the code object at `path` and their parse.
+pub(crate) fn read_code_object(path: &Path) -> Result<(Vec<u8>, CodeObject), AiterError> {
+    let bytes = std::fs::read(path).map_err(|source| AiterError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let code_object = CodeObject::parse(&bytes).map_err(|source| AiterError::CodeObject {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((bytes, code_object))
+}
+
+/// What is wrong with kernel `symbol`'s metadata in the code object at `path`.
+pub(crate) fn metadata_error(path: &Path, symbol: &str, problem: String) -> AiterError {
+    AiterError::KernelMetadata {
+        path: path.to_path_buf(),
+        symbol: symbol.to_string(),
+        problem,
     }
 }
 

@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tilegen_codeobj::{CodeObject, ValueKind};
+use tilegen_codeobj::ValueKind;
 
 use crate::error::AiterError;
 use crate::fmoe::kernargs::{FmoeField, KERNARG_BYTES};
 use crate::fmoe::{BLOCK, FmoeError, problem};
+use crate::kernel::{metadata_error, read_code_object};
 
 /// The fused-MoE 2-stage kernels' directory in the corpus.
 pub const FMOE_DIR: &str = "aiter_meta/hsa/gfx950/fmoe_2stages";
@@ -90,19 +91,8 @@ impl FmoeKernel {
     /// Reads and parses the code object and checks that it holds this kernel with the
     /// argument layout of [`FmoeField`] (368 bytes) and 256-work-item workgroups.
     pub fn load(&self) -> Result<FmoeImage, FmoeError> {
-        let bytes = std::fs::read(&self.path).map_err(|source| AiterError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        let code_object = CodeObject::parse(&bytes).map_err(|source| AiterError::CodeObject {
-            path: self.path.clone(),
-            source,
-        })?;
-        let bad = |problem: String| AiterError::KernelMetadata {
-            path: self.path.clone(),
-            symbol: self.symbol.clone(),
-            problem,
-        };
+        let (bytes, code_object) = read_code_object(&self.path)?;
+        let bad = |problem: String| metadata_error(&self.path, &self.symbol, problem);
         let kernel = code_object
             .kernel(&self.symbol)
             .ok_or_else(|| bad("not in the code object".into()))?;
