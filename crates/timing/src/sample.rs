@@ -503,36 +503,15 @@ impl Simulator<'_> {
                 .map(move |k| (r * per_round + k) * xcds)
         };
         let first = self.round_set(0);
-        let census = match &self.opts.cross_xcd {
-            _ if xcds < 2 => None,
-            CrossXcd::Known(k) if k.rounds.is_empty() && !k.classes.is_empty() => None,
-            CrossXcd::Known(k) => Some(
-                k.round(0)
-                    .cloned()
-                    .ok_or(TimingError::UnknownCensusRound { round: 0 })?,
-            ),
-            CrossXcd::Census { instructions } => {
-                let lists = self.lists(&first);
-                Some(self.census_of(&lists, &first, *instructions)?)
-            }
-            CrossXcd::Ignore => None,
-        };
+        let known = self.known_census(0, None)?;
+        let census = self.census_for(&self.lists(&first), &first, known)?;
         let n = simulated(0).count();
         let queue: VecDeque<u64> = simulated(0)
             .chain(simulated(1))
             .chain(last.into_iter().flat_map(simulated))
             .collect();
         let workgroups = queue.len() as u64;
-        let sim_active = (n as f64).min(sim_cus as f64).max(1.0);
-        let xcd0_active = (first.xcd0.len() as u64).min(cpx) as f64;
-        let gpu_active = first.gpu.min(xcds * cpx).max(1) as f64;
-        let scope = Scope {
-            cus: self.sim_cus,
-            xcds: 1,
-            gpu_share: (sim_active / gpu_active).min(1.0),
-            l2_share: (sim_active / xcd0_active).min(1.0),
-            shares: census.as_ref().map_or_else(Vec::new, |c| c.shares.clone()),
-        };
+        let scope = self.scope((n as u64).min(sim_cus), &first, census.as_ref());
         let dispatch = Dispatch::Dynamic {
             pending: vec![queue],
             rr: vec![0],
@@ -595,21 +574,8 @@ impl Simulator<'_> {
         trace: Option<(TraceOptions, f64)>,
         reuse: Option<Census>,
     ) -> Result<RoundRun, TimingError> {
-        let xcds = self.xcds;
         let set = self.round_set(r);
-        let known = match &self.opts.cross_xcd {
-            _ if xcds < 2 => None,
-            // A census of the launch sampled by classes (whose workgroups did unequal work
-            // with the other loop counts): this round's is counted.
-            CrossXcd::Known(k) if k.rounds.is_empty() && !k.classes.is_empty() => None,
-            CrossXcd::Known(k) => Some(
-                k.round(r)
-                    .cloned()
-                    .ok_or(TimingError::UnknownCensusRound { round: r })?,
-            ),
-            CrossXcd::Census { .. } => reuse,
-            CrossXcd::Ignore => None,
-        };
+        let known = self.known_census(r, reuse)?;
         let run = self.simulate_set(&set, known, trace)?;
         Ok(RoundRun {
             census: run.census.map(|(_, c)| (r, c)),
@@ -626,36 +592,70 @@ impl Simulator<'_> {
         known: Option<Census>,
         trace: Option<(TraceOptions, f64)>,
     ) -> Result<RoundRun, TimingError> {
-        let (xcds, cpx) = (self.xcds, self.cus_per_xcd);
         let lists = self.lists(set);
-        let sim_active = lists.iter().filter(|l| !l.is_empty()).count().max(1) as f64;
-        let xcd0_active = (set.xcd0.len() as u64).min(cpx) as f64;
-        // The CUs the round's workgroups occupy GPU-wide.
-        let gpu_active = set.gpu.min(xcds * cpx).max(1) as f64;
+        let sim_active = lists.iter().filter(|l| !l.is_empty()).count() as u64;
         let workgroups = lists.iter().map(|l| l.len() as u64).sum();
-        let census = match &self.opts.cross_xcd {
-            _ if xcds < 2 => None,
-            CrossXcd::Ignore => None,
-            _ if known.is_some() => known,
-            // A known census of another sampling of the launch: this round's is counted.
-            CrossXcd::Known(_) => Some(self.census_of(&lists, set, DEFAULT_CENSUS_INSTRUCTIONS)?),
-            &CrossXcd::Census { instructions } => {
-                Some(self.census_of(&lists, set, instructions)?)
-            }
-        };
-        let scope = Scope {
-            cus: self.sim_cus,
-            xcds: 1,
-            gpu_share: (sim_active / gpu_active).min(1.0),
-            l2_share: (sim_active / xcd0_active).min(1.0),
-            shares: census.as_ref().map_or_else(Vec::new, |c| c.shares.clone()),
-        };
+        let census = self.census_for(&lists, set, known)?;
+        let scope = self.scope(sim_active, set, census.as_ref());
         let sim = self.simulate(&scope, Dispatch::Fixed(lists), trace)?;
         Ok(RoundRun {
             sim,
             workgroups,
             census: census.map(|c| (0, c)),
         })
+    }
+
+    /// The census round `r` takes from the options without counting one: a known census's
+    /// (none for a census of a launch sampled by classes, whose workgroups did unequal work
+    /// with the other loop counts: this round's is counted), or `reuse` under
+    /// [`CrossXcd::Census`].
+    fn known_census(&self, r: u64, reuse: Option<Census>) -> Result<Option<Census>, TimingError> {
+        Ok(match &self.opts.cross_xcd {
+            _ if self.xcds < 2 => None,
+            CrossXcd::Known(k) if k.rounds.is_empty() && !k.classes.is_empty() => None,
+            CrossXcd::Known(k) => Some(
+                k.round(r)
+                    .cloned()
+                    .ok_or(TimingError::UnknownCensusRound { round: r })?,
+            ),
+            CrossXcd::Census { .. } => reuse,
+            CrossXcd::Ignore => None,
+        })
+    }
+
+    /// The census of `set` (placed on XCD 0 as `lists`): `known` if given, else counted as the
+    /// options say.
+    fn census_for(
+        &self,
+        lists: &[Vec<u64>],
+        set: &RoundSet,
+        known: Option<Census>,
+    ) -> Result<Option<Census>, TimingError> {
+        Ok(match &self.opts.cross_xcd {
+            _ if self.xcds < 2 => None,
+            CrossXcd::Ignore => None,
+            _ if known.is_some() => known,
+            // A known census of another sampling of the launch: this round's is counted.
+            CrossXcd::Known(_) => Some(self.census_of(lists, set, DEFAULT_CENSUS_INSTRUCTIONS)?),
+            &CrossXcd::Census { instructions } => Some(self.census_of(lists, set, instructions)?),
+        })
+    }
+
+    /// The memory scope of a simulation of XCD 0 in which `sim_active` CUs run `set`'s
+    /// workgroups: HBM and MALL shared in proportion to the CUs active GPU-wide, L2 to those
+    /// active on XCD 0.
+    fn scope(&self, sim_active: u64, set: &RoundSet, census: Option<&Census>) -> Scope {
+        let (xcds, cpx) = (self.xcds, self.cus_per_xcd);
+        let sim_active = sim_active.max(1) as f64;
+        let xcd0_active = (set.xcd0.len() as u64).min(cpx) as f64;
+        let gpu_active = set.gpu.min(xcds * cpx).max(1) as f64;
+        Scope {
+            cus: self.sim_cus,
+            xcds: 1,
+            gpu_share: (sim_active / gpu_active).min(1.0),
+            l2_share: (sim_active / xcd0_active).min(1.0),
+            shares: census.map_or_else(Vec::new, |c| c.shares.clone()),
+        }
     }
 
     /// The census of a round: XCD 0's workgroups as `lists` places them, the other XCDs'
