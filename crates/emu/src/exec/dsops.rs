@@ -296,23 +296,27 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
         }
         Ok(())
     };
-    let load = |w: &mut Wave, lds: &mut Lds, bytes: usize| -> Result<Vec<Vgpr>, FaultKind> {
-        let a = addr_reg(w)?;
-        let mut out = vec![[0u32; 64]; bytes.div_ceil(4)];
-        for l in (0..64).filter(|&l| active(l)) {
-            let mut buf = [0u8; 16];
-            lds.read(lane_addr(&a, l), &mut buf[..bytes]);
-            for (k, o) in out.iter_mut().enumerate() {
-                o[l] = u32::from_le_bytes([
-                    buf[4 * k],
-                    buf[4 * k + 1],
-                    buf[4 * k + 2],
-                    buf[4 * k + 3],
-                ]);
+    // The registers loaded, in a fixed array (at most four dwords a lane): the timing model
+    // runs every LDS read through here, and a heap vector per access showed in its profile.
+    let load =
+        |w: &mut Wave, lds: &mut Lds, bytes: usize| -> Result<([Vgpr; 4], usize), FaultKind> {
+            let a = addr_reg(w)?;
+            let n = bytes.div_ceil(4);
+            let mut out = [[0u32; 64]; 4];
+            for l in (0..64).filter(|&l| active(l)) {
+                let mut buf = [0u8; 16];
+                lds.read(lane_addr(&a, l), &mut buf[..bytes]);
+                for (k, o) in out[..n].iter_mut().enumerate() {
+                    o[l] = u32::from_le_bytes([
+                        buf[4 * k],
+                        buf[4 * k + 1],
+                        buf[4 * k + 2],
+                        buf[4 * k + 3],
+                    ]);
+                }
             }
-        }
-        Ok(out)
-    };
+            Ok((out, n))
+        };
     let put = |w: &mut Wave, vals: &[Vgpr]| -> Result<(), FaultKind> {
         for (k, v) in vals.iter().enumerate() {
             write_v32(w, i.dst(), k, exec, v)?;
@@ -330,20 +334,20 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
         DS_WRITE_B8_D16_HI => store(w, lds, 1, 16),
         DS_WRITE_B16_D16_HI => store(w, lds, 2, 16),
         DS_READ_B32 => {
-            let v = load(w, lds, 4)?;
-            put(w, &v)
+            let (v, n) = load(w, lds, 4)?;
+            put(w, &v[..n])
         }
         DS_READ_B64 => {
-            let v = load(w, lds, 8)?;
-            put(w, &v)
+            let (v, n) = load(w, lds, 8)?;
+            put(w, &v[..n])
         }
         DS_READ_B96 => {
-            let v = load(w, lds, 12)?;
-            put(w, &v)
+            let (v, n) = load(w, lds, 12)?;
+            put(w, &v[..n])
         }
         DS_READ_B128 => {
-            let v = load(w, lds, 16)?;
-            put(w, &v)
+            let (v, n) = load(w, lds, 16)?;
+            put(w, &v[..n])
         }
         DS_READ_U8 | DS_READ_I8 | DS_READ_U16 | DS_READ_I16 => {
             let bytes = if matches!(i.op, DS_READ_U8 | DS_READ_I8) {
@@ -351,7 +355,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
             } else {
                 2
             };
-            let mut v = load(w, lds, bytes)?;
+            let (mut v, n) = load(w, lds, bytes)?;
             for x in v[0].iter_mut() {
                 *x = match i.op {
                     DS_READ_U8 => *x & 0xff,
@@ -360,7 +364,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
                     _ => *x as u16 as i16 as i32 as u32,
                 };
             }
-            put(w, &v)
+            put(w, &v[..n])
         }
         DS_READ_U8_D16 | DS_READ_U8_D16_HI | DS_READ_I8_D16 | DS_READ_I8_D16_HI
         | DS_READ_U16_D16 | DS_READ_U16_D16_HI => {
@@ -370,7 +374,7 @@ fn exec_inner(w: &mut Wave, lds: &mut Lds, i: &Inst, exec: u64) -> Result<(), Fa
             } else {
                 1
             };
-            let v = load(w, lds, bytes)?;
+            let (v, _) = load(w, lds, bytes)?;
             let old = w.vgpr[vreg(&i.dst(), 0)?];
             let hi = matches!(
                 i.op,

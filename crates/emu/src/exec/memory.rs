@@ -597,6 +597,25 @@ pub struct Lds {
     pub out_of_range: u64,
 }
 
+/// `dst.copy_from_slice(src)` with the lengths of a lane's access (4, 8 and 16 bytes) copied
+/// as fixed-size words: the timing model moves every lane of every LDS access through here,
+/// and a variable-length copy is a call into the C library each time.
+#[inline]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    fn fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let s: [u8; N] = src.try_into().unwrap_or([0; N]);
+        if let Ok(d) = <&mut [u8; N]>::try_from(dst) {
+            *d = s;
+        }
+    }
+    match (dst.len(), src.len()) {
+        (4, 4) => fixed::<4>(dst, src),
+        (8, 8) => fixed::<8>(dst, src),
+        (16, 16) => fixed::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 impl Lds {
     /// LDS for a workgroup that asked for `requested` bytes, rounded up to the allocation
     /// granule. Returns `None` if more than a compute unit has was requested.
@@ -620,7 +639,7 @@ impl Lds {
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) {
         let size = self.bytes.len() as u64;
         if addr < size && addr + buf.len() as u64 <= size {
-            buf.copy_from_slice(&self.bytes[addr as usize..addr as usize + buf.len()]);
+            copy_small(buf, &self.bytes[addr as usize..addr as usize + buf.len()]);
             return;
         }
         self.out_of_range += 1;
@@ -634,7 +653,10 @@ impl Lds {
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         let size = self.bytes.len() as u64;
         if addr < size && addr + data.len() as u64 <= size {
-            self.bytes[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+            copy_small(
+                &mut self.bytes[addr as usize..addr as usize + data.len()],
+                data,
+            );
             return;
         }
         self.out_of_range += 1;

@@ -170,33 +170,38 @@ pub fn lds_conflict_cycles(addr: impl Fn(usize) -> u64, exec: u64, bytes: u32) -
         if lanes == 0 {
             continue;
         }
-        // A pass moves at most 256 bytes, so at most 64 dwords (12-byte reads: 48); sorting
-        // them finds the distinct ones without a map on this hot path.
+        // A pass moves at most 256 bytes, so at most 64 dwords (12-byte reads: 48). The
+        // timing model asks this of every LDS access, so it avoids maps and, for the common
+        // conflict-free pass (one row per bank, or one dword broadcast), sorting: a bank's
+        // row is recorded the first time the bank is seen.
         let mut list = [0u64; 64];
         let mut n = 0;
-        for l in (0..64).filter(|l| lanes >> l & 1 != 0) {
+        let mut seen = 0u64;
+        let mut row = [0u64; LDS_BANKS as usize];
+        let mut clean = true;
+        let mut rest = lanes;
+        while rest != 0 {
+            let l = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
             let first = addr(l) / 4;
             for d in first..first + dwords {
                 if n < list.len() {
                     list[n] = d;
                     n += 1;
                 }
+                let (bank, r) = ((d % LDS_BANKS) as usize, d / LDS_BANKS);
+                if seen >> bank & 1 == 0 {
+                    seen |= 1 << bank;
+                    row[bank] = r;
+                } else if row[bank] != r {
+                    clean = false;
+                }
             }
         }
-        let list = &mut list[..n];
-        // Most passes are conflict-free (one row per bank, or one dword broadcast): settle
-        // those without sorting.
-        let mut row = [u64::MAX; LDS_BANKS as usize];
-        let one_row_per_bank = list.iter().all(|&d| {
-            let r = &mut row[(d % LDS_BANKS) as usize];
-            if *r == u64::MAX {
-                *r = d / LDS_BANKS;
-            }
-            *r == d / LDS_BANKS
-        });
-        if one_row_per_bank {
+        if clean {
             continue;
         }
+        let list = &mut list[..n];
         list.sort_unstable();
         let mut per_bank = [0u32; LDS_BANKS as usize];
         let mut prev = None;
