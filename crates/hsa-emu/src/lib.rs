@@ -7,9 +7,12 @@
 //!
 //! What it models:
 //! - two agents: a CPU, and a GPU named `gfx950` with 256 compute units;
-//! - memory pools: the CPU's fine-grained kernarg pool (host memory the application writes
-//!   directly) and the GPU's coarse-grained pool (the emulator's device memory, reached with
-//!   `hsa_memory_copy`);
+//! - memory pools (and regions, the same objects): the CPU's fine-grained, kernarg and
+//!   coarse-grained system pools, and the GPU's coarse-grained pool (the emulator's device
+//!   memory, reached with copies), fine-grained pool and group segment. System and
+//!   fine-grained allocations are host-visible: the host pointer is the address kernels use
+//!   (see the `memory` module for how the two copies are kept in step around dispatches);
+//!   `hsa_amd_memory_lock` gives the application's own memory such an address too;
 //! - user-mode queues: the application reserves a slot, writes an AQL packet, publishes its
 //!   header and rings the doorbell; a processor thread per queue reads the packets after the
 //!   doorbell and runs kernel dispatches on the emulator (barrier-AND packets wait for their
@@ -26,11 +29,19 @@
 //! a wave may execute before it is stopped as an endless loop; 0 for no limit) and
 //! `TILEGEN_HSA_EMU_MAX_MEMORY` (bytes of device memory).
 //!
-//! What it does not model: kernels reading system (kernarg-pool) memory other than their
-//! kernarg segment; partial workgroups; agent dispatch and barrier-OR packets; images.
+//! What it does not model: host and kernel sharing memory *while* a kernel runs (host-visible
+//! memory is reconciled at dispatch boundaries); partial workgroups; agent dispatch and
+//! barrier-OR packets; images and samplers, IPC, SVM and graphics interop (refused with HSA's
+//! statuses); extension function tables.
 #![deny(missing_docs)]
 
+mod ext;
 mod loader;
+
+// The exported entry points: `hsa_*` symbols in ROCr's version node, each jumping to the
+// Rust function of its name (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
+mod memory;
 mod queue;
 mod signal;
 mod state;
@@ -41,14 +52,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use tilegen_hsa::sys::{self, Status};
 
-use state::{
-    CPU_AGENT, DEVICE_POOL, GPU_AGENT, KERNARG_POOL, TICKS_PER_SECOND, lock, put, runtime,
-};
+use state::{CPU_AGENT, GPU_AGENT, TICKS_PER_SECOND, lock, put, runtime};
 use status::fail;
 
 /// Runs an entry point, turning a panic into `HSA_STATUS_ERROR` (a panic must not unwind into
 /// C).
-fn entry(f: impl FnOnce() -> Result<Status, Status>) -> Status {
+pub(crate) fn entry(f: impl FnOnce() -> Result<Status, Status>) -> Status {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(s)) | Ok(Err(s)) => s,
         Err(_) => fail(
@@ -59,11 +68,11 @@ fn entry(f: impl FnOnce() -> Result<Status, Status>) -> Status {
 }
 
 /// Runs an entry point that returns a value, with `fallback` for a panic.
-fn value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
-fn null_argument(what: &str) -> Status {
+pub(crate) fn null_argument(what: &str) -> Status {
     fail(
         sys::STATUS_ERROR_INVALID_ARGUMENT,
         format!("{what} is null"),
@@ -71,13 +80,11 @@ fn null_argument(what: &str) -> Status {
 }
 
 /// `hsa_init`: initializes the runtime (the first call) and counts a reference.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_init() -> Status {
     entry(|| Ok(state::init()))
 }
 
 /// `hsa_shut_down`: drops a reference; the last one stops every queue and frees everything.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_shut_down() -> Status {
     entry(|| Ok(state::shut_down()))
 }
@@ -87,7 +94,6 @@ pub extern "C" fn hsa_shut_down() -> Status {
 /// # Safety
 /// `status_string` must be valid for writing a pointer. The text stays valid for the life of
 /// the process.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_status_string(
     status: Status,
     status_string: *mut *const c_char,
@@ -112,16 +118,13 @@ pub unsafe extern "C" fn hsa_status_string(
 ///
 /// # Safety
 /// `value` must be valid for writing the attribute's type.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_system_get_info(attribute: u32, value: *mut c_void) -> Status {
     entry(|| {
         runtime()?;
         if value.is_null() {
             return Err(null_argument("value"));
         }
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        let now = START.get_or_init(std::time::Instant::now).elapsed();
-        let ticks = (now.as_nanos() * TICKS_PER_SECOND as u128 / 1_000_000_000) as u64;
+        let ticks = state::timestamp();
         // SAFETY (every `put`): the caller's buffer is of the attribute's documented type.
         Ok(unsafe {
             match attribute {
@@ -131,7 +134,24 @@ pub unsafe extern "C" fn hsa_system_get_info(attribute: u32, value: *mut c_void)
                 4 => put::<u64>(value, u64::MAX),
                 5 => put::<u32>(value, 0),
                 6 => put::<u32>(value, 1),
+                // HSA_SYSTEM_INFO_EXTENSIONS: no extension tables are provided.
                 7 => put::<[u8; 128]>(value, [0; 128]),
+                // HSA_AMD_SYSTEM_INFO_SVM_SUPPORTED, _SVM_ACCESSIBLE_BY_DEFAULT: the
+                // hsa_amd_svm_* calls are refused; the emulator cannot reach arbitrary host
+                // memory.
+                0x201 | 0x202 => put::<bool>(value, false),
+                // HSA_AMD_SYSTEM_INFO_MWAITX_ENABLED: waits sleep on a condition variable.
+                0x203 => put::<bool>(value, false),
+                // HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED, _VIRTUAL_MEM_API_SUPPORTED: neither API
+                // is exported.
+                0x204 | 0x205 => put::<bool>(value, false),
+                // HSA_AMD_SYSTEM_INFO_XNACK_ENABLED: the emulated GPU does not retry faults.
+                0x206 => put::<bool>(value, false),
+                // HSA_AMD_SYSTEM_INFO_EXT_VERSION_MAJOR, _MINOR: the hsa_ext_amd.h interface
+                // version whose calls this library exports (1.0, ROCm 5.2's; later additions
+                // such as the virtual-memory API of 1.6 are not exported).
+                0x207 => put::<u16>(value, 1),
+                0x208 => put::<u16>(value, 0),
                 other => fail(
                     sys::STATUS_ERROR_INVALID_ARGUMENT,
                     format!("system attribute {other:#x} is not one this runtime answers"),
@@ -145,7 +165,6 @@ pub unsafe extern "C" fn hsa_system_get_info(attribute: u32, value: *mut c_void)
 ///
 /// # Safety
 /// `callback` must be safe to call with each agent and `data`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_iterate_agents(
     callback: Option<sys::AgentCallback>,
     data: *mut c_void,
@@ -168,7 +187,6 @@ pub unsafe extern "C" fn hsa_iterate_agents(
 ///
 /// # Safety
 /// `value` must be valid for writing the attribute's type.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_agent_get_info(
     agent: sys::Agent,
     attribute: u32,
@@ -181,11 +199,11 @@ pub unsafe extern "C" fn hsa_agent_get_info(
     })
 }
 
-/// `hsa_amd_agent_iterate_memory_pools`: the CPU's kernarg pool, or the GPU's device pool.
+/// `hsa_amd_agent_iterate_memory_pools`: the CPU's three system pools, or the GPU's
+/// coarse-grained, fine-grained and group pools.
 ///
 /// # Safety
 /// `callback` must be safe to call with each pool and `data`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
     agent: sys::Agent,
     callback: Option<sys::PoolCallback>,
@@ -194,18 +212,14 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
     entry(|| {
         runtime()?;
         let cb = callback.ok_or_else(|| null_argument("callback"))?;
-        let pool = match agent {
-            CPU_AGENT => KERNARG_POOL,
-            GPU_AGENT => DEVICE_POOL,
-            _ => {
-                return Err(fail(
-                    sys::STATUS_ERROR_INVALID_AGENT,
-                    format!("agent {:#x} is not an agent of this runtime", agent.handle),
-                ));
+        for p in memory::agent_pools(agent)? {
+            // SAFETY: the caller's callback and data.
+            let s = unsafe { cb(p.handle, data) };
+            if s != sys::STATUS_SUCCESS {
+                return Ok(s);
             }
-        };
-        // SAFETY: the caller's callback and data.
-        Ok(unsafe { cb(pool, data) })
+        }
+        Ok(sys::STATUS_SUCCESS)
     })
 }
 
@@ -213,7 +227,6 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
 ///
 /// # Safety
 /// `value` must be valid for writing the attribute's type.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_amd_memory_pool_get_info(
     pool: sys::MemoryPool,
     attribute: u32,
@@ -222,16 +235,15 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_get_info(
     entry(|| {
         let rt = runtime()?;
         // SAFETY: the caller's contract.
-        Ok(unsafe { state::pool_info(&rt, pool, attribute, value) })
+        Ok(unsafe { memory::pool_info(&rt, pool.handle, attribute, value) })
     })
 }
 
-/// `hsa_amd_memory_pool_allocate`: host memory from the kernarg pool, device memory from the
-/// gfx950's pool.
+/// `hsa_amd_memory_pool_allocate`: host-visible memory from the system pools and the gfx950's
+/// fine-grained pool, device memory from its coarse-grained pool.
 ///
 /// # Safety
 /// `ptr` must be valid for writing a pointer.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
     pool: sys::MemoryPool,
     size: usize,
@@ -243,7 +255,7 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
         if ptr.is_null() {
             return Err(null_argument("ptr"));
         }
-        let p = state::allocate(&rt, pool, size)?;
+        let p = memory::allocate(&rt, pool.handle, size)?;
         // SAFETY: the caller's pointer, checked non-null.
         unsafe { ptr.write(p as *mut c_void) };
         Ok(sys::STATUS_SUCCESS)
@@ -251,11 +263,10 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
 }
 
 /// `hsa_amd_memory_pool_free`: refuses an address that is not a live allocation.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_amd_memory_pool_free(ptr: *mut c_void) -> Status {
     entry(|| {
         let rt = runtime()?;
-        Ok(state::free(&rt, ptr as u64))
+        Ok(memory::free(&rt, ptr as u64))
     })
 }
 
@@ -264,7 +275,6 @@ pub extern "C" fn hsa_amd_memory_pool_free(ptr: *mut c_void) -> Status {
 ///
 /// # Safety
 /// `agents` must point to `num_agents` agents.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_amd_agents_allow_access(
     num_agents: u32,
     agents: *const sys::Agent,
@@ -290,7 +300,6 @@ pub unsafe extern "C" fn hsa_amd_agents_allow_access(
 ///
 /// # Safety
 /// Host ranges must be valid for `size` bytes.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_memory_copy(
     dst: *mut c_void,
     src: *const c_void,
@@ -299,13 +308,12 @@ pub unsafe extern "C" fn hsa_memory_copy(
     entry(|| {
         let rt = runtime()?;
         // SAFETY: the caller's contract.
-        Ok(unsafe { state::copy(&rt, dst as u64, src as u64, size) })
+        Ok(unsafe { memory::copy(&rt, dst as u64, src as u64, size) })
     })
 }
 
 /// `hsa_amd_register_system_event_handler`: memory faults of dispatched kernels are reported
 /// to every handler.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_amd_register_system_event_handler(
     callback: Option<sys::SystemEventCallback>,
     data: *mut c_void,
@@ -323,7 +331,6 @@ pub extern "C" fn hsa_amd_register_system_event_handler(
 /// # Safety
 /// `queue` must be valid for writing a pointer; `callback` must be safe to call (from the
 /// processor thread) with `data`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_queue_create(
     agent: sys::Agent,
     size: u32,
@@ -348,7 +355,6 @@ pub unsafe extern "C" fn hsa_queue_create(
 
 /// `hsa_queue_destroy`: stops the queue's processor (a running kernel is cancelled) and
 /// releases it; refuses a pointer that is not a live queue.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_destroy(queue: *mut sys::Queue) -> Status {
     entry(|| {
         let rt = runtime()?;
@@ -357,7 +363,6 @@ pub extern "C" fn hsa_queue_destroy(queue: *mut sys::Queue) -> Status {
 }
 
 /// `hsa_queue_load_read_index_scacquire` (0 for a pointer that is not a live queue).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_load_read_index_scacquire(queue: *const sys::Queue) -> u64 {
     value(0, || {
         runtime()
@@ -368,13 +373,11 @@ pub extern "C" fn hsa_queue_load_read_index_scacquire(queue: *const sys::Queue) 
 }
 
 /// `hsa_queue_load_read_index_relaxed`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_load_read_index_relaxed(queue: *const sys::Queue) -> u64 {
     hsa_queue_load_read_index_scacquire(queue)
 }
 
 /// `hsa_queue_load_write_index_relaxed` (0 for a pointer that is not a live queue).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_load_write_index_relaxed(queue: *const sys::Queue) -> u64 {
     value(0, || {
         runtime()
@@ -388,7 +391,6 @@ pub extern "C" fn hsa_queue_load_write_index_relaxed(queue: *const sys::Queue) -
 
 /// `hsa_queue_add_write_index_scacq_screl`: reserves `value` slots and returns the index of
 /// the first (`u64::MAX` for a pointer that is not a live queue).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_add_write_index_scacq_screl(
     queue: *const sys::Queue,
     value: u64,
@@ -405,7 +407,6 @@ pub extern "C" fn hsa_queue_add_write_index_scacq_screl(
 }
 
 /// `hsa_queue_add_write_index_relaxed`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_queue_add_write_index_relaxed(queue: *const sys::Queue, value: u64) -> u64 {
     hsa_queue_add_write_index_scacq_screl(queue, value)
 }
@@ -414,7 +415,6 @@ pub extern "C" fn hsa_queue_add_write_index_relaxed(queue: *const sys::Queue, va
 ///
 /// # Safety
 /// `signal` must be valid for writing a signal.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_signal_create(
     initial_value: i64,
     num_consumers: u32,
@@ -434,7 +434,6 @@ pub unsafe extern "C" fn hsa_signal_create(
 }
 
 /// `hsa_signal_destroy`: refuses an unknown signal and a queue's doorbell.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_destroy(signal: sys::Signal) -> Status {
     entry(|| {
         let rt = runtime()?;
@@ -443,7 +442,11 @@ pub extern "C" fn hsa_signal_destroy(signal: sys::Signal) -> Status {
 }
 
 /// Runs `f` on a live signal; `fallback` for an unknown one (these calls have no status).
-fn with_signal<T>(signal: sys::Signal, fallback: T, f: impl FnOnce(&signal::SignalObj) -> T) -> T {
+pub(crate) fn with_signal<T>(
+    signal: sys::Signal,
+    fallback: T,
+    f: impl FnOnce(&signal::SignalObj) -> T,
+) -> T {
     catch_unwind(AssertUnwindSafe(|| {
         let rt = runtime().ok()?;
         let s = signal::get(&rt, signal.handle)?;
@@ -457,31 +460,26 @@ fn with_signal<T>(signal: sys::Signal, fallback: T, f: impl FnOnce(&signal::Sign
 }
 
 /// `hsa_signal_store_screlease` (ignored for an unknown signal).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_store_screlease(signal: sys::Signal, value: i64) {
     with_signal(signal, (), |s| s.store(value));
 }
 
 /// `hsa_signal_store_relaxed`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_store_relaxed(signal: sys::Signal, value: i64) {
     hsa_signal_store_screlease(signal, value);
 }
 
 /// `hsa_signal_subtract_screlease` (ignored for an unknown signal).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_subtract_screlease(signal: sys::Signal, value: i64) {
     with_signal(signal, (), |s| s.add(value.wrapping_neg()));
 }
 
 /// `hsa_signal_load_scacquire` (0 for an unknown signal).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_load_scacquire(signal: sys::Signal) -> i64 {
     with_signal(signal, 0, |s| s.load())
 }
 
 /// `hsa_signal_load_relaxed`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_load_relaxed(signal: sys::Signal) -> i64 {
     hsa_signal_load_scacquire(signal)
 }
@@ -489,7 +487,6 @@ pub extern "C" fn hsa_signal_load_relaxed(signal: sys::Signal) -> i64 {
 /// `hsa_signal_wait_scacquire`: blocks until the condition holds or `timeout_hint` ticks (of
 /// `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`) pass; returns the value last seen (0 for an unknown
 /// signal or condition).
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_wait_scacquire(
     signal: sys::Signal,
     condition: u32,
@@ -506,7 +503,6 @@ pub extern "C" fn hsa_signal_wait_scacquire(
 }
 
 /// `hsa_signal_wait_relaxed`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_signal_wait_relaxed(
     signal: sys::Signal,
     condition: u32,
@@ -527,7 +523,6 @@ pub extern "C" fn hsa_signal_wait_relaxed(
 ///
 /// # Safety
 /// `code_object` must point to `size` bytes; `code_object_reader` must be valid for writing.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_code_object_reader_create_from_memory(
     code_object: *const c_void,
     size: usize,
@@ -551,7 +546,6 @@ pub unsafe extern "C" fn hsa_code_object_reader_create_from_memory(
 }
 
 /// `hsa_code_object_reader_destroy`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_code_object_reader_destroy(
     code_object_reader: sys::CodeObjectReader,
 ) -> Status {
@@ -565,7 +559,6 @@ pub extern "C" fn hsa_code_object_reader_destroy(
 ///
 /// # Safety
 /// `executable` must be valid for writing.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_executable_create_alt(
     profile: u32,
     _default_float_rounding_mode: u32,
@@ -595,7 +588,6 @@ pub unsafe extern "C" fn hsa_executable_create_alt(
 ///
 /// # Safety
 /// `loaded_code_object` must be null or valid for writing.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_executable_load_agent_code_object(
     executable: sys::Executable,
     agent: sys::Agent,
@@ -619,7 +611,6 @@ pub unsafe extern "C" fn hsa_executable_load_agent_code_object(
 }
 
 /// `hsa_executable_freeze`: the executable's kernels become dispatchable.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_executable_freeze(
     executable: sys::Executable,
     _options: *const c_char,
@@ -631,7 +622,6 @@ pub extern "C" fn hsa_executable_freeze(
 }
 
 /// `hsa_executable_destroy`.
-#[unsafe(no_mangle)]
 pub extern "C" fn hsa_executable_destroy(executable: sys::Executable) -> Status {
     entry(|| {
         let rt = runtime()?;
@@ -644,7 +634,6 @@ pub extern "C" fn hsa_executable_destroy(executable: sys::Executable) -> Status 
 /// # Safety
 /// `symbol_name` must be a NUL-terminated string; `agent` null or valid; `symbol` valid for
 /// writing.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
     executable: sys::Executable,
     symbol_name: *const c_char,
@@ -671,7 +660,6 @@ pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
 ///
 /// # Safety
 /// `value` must be valid for writing the attribute's type.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn hsa_executable_symbol_get_info(
     symbol: sys::ExecutableSymbol,
     attribute: u32,

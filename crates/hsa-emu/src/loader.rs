@@ -59,6 +59,20 @@ fn kernel_obj(k: &Kernel, program: Program, image_base: u64) -> KernelObj {
     }
 }
 
+/// The bytes tilegen's code-object reader takes for `bytes`: code object v4 (`EI_ABIVERSION`
+/// 2) is laid out as v5 is (the same ELF sections, notes and kernel descriptor; v5 changed
+/// the metadata's version and the hidden kernel arguments, which the application writes and
+/// the reader takes by name), so a v4 object is read as v5. ROCr loads v4, v5 and v6.
+pub(crate) fn as_supported(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    // e_ident[EI_OSABI] 64 (ELFOSABI_AMDGPU_HSA), e_ident[EI_ABIVERSION] 2 (v4).
+    if bytes.len() > 8 && bytes[7] == 64 && bytes[8] == 2 {
+        let mut v = bytes.to_vec();
+        v[8] = 3;
+        return std::borrow::Cow::Owned(v);
+    }
+    std::borrow::Cow::Borrowed(bytes)
+}
+
 /// `hsa_code_object_reader_create_from_memory`: keeps a copy of the bytes.
 pub(crate) fn reader_create(rt: &Runtime, bytes: &[u8]) -> sys::CodeObjectReader {
     let handle = rt.handle();
@@ -135,7 +149,7 @@ pub(crate) fn load(
             ),
         );
     };
-    let co = match CodeObject::parse(&bytes) {
+    let co = match CodeObject::parse(&as_supported(&bytes)) {
         Ok(co) => co,
         Err(e) => return fail(sys::STATUS_ERROR_INVALID_CODE_OBJECT, e),
     };
@@ -239,7 +253,8 @@ pub(crate) fn symbol_by_name(
     let e = exes.get(&exe.handle).ok_or_else(|| no_executable(exe))?;
     let all = || e.loaded.iter().flat_map(|l| &l.kernels);
     let kernel = all()
-        .find(|k| k.program.name() == name || format!("{}.kd", k.name) == name)
+        // Kernels are named by their descriptor symbol only, `name.kd` (as ROCr since 4.1).
+        .find(|k| format!("{}.kd", k.name) == name)
         .cloned()
         .ok_or_else(|| {
             let names: Vec<String> = all().map(|k| format!("{}.kd", k.name)).collect();

@@ -44,6 +44,13 @@ pub(crate) struct QueueObj {
     stop: AtomicBool,
     /// Cleared by an error: the queue processes no more packets.
     active: AtomicBool,
+    /// `hsa_amd_profiling_set_profiler_enabled`: completion signals get dispatch times.
+    pub profiling: AtomicBool,
+    /// `hsa_amd_queue_cu_set_mask`'s mask (recorded; every dispatch runs on the whole
+    /// emulated GPU, which changes no result).
+    pub cu_mask: Mutex<Vec<u32>>,
+    /// `hsa_amd_queue_set_priority`'s priority (recorded; queues run concurrently).
+    pub priority: AtomicU32,
     callback: Option<sys::QueueCallback>,
     data: usize,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -189,6 +196,9 @@ pub(crate) fn create(
         control: LaunchControl::default(),
         stop: AtomicBool::new(false),
         active: AtomicBool::new(true),
+        profiling: AtomicBool::new(false),
+        cu_mask: Mutex::new(Vec::new()),
+        priority: AtomicU32::new(1),
         callback,
         data: data as usize,
         thread: Mutex::new(None),
@@ -283,6 +293,7 @@ fn process(queue: Weak<QueueObj>, rt: Weak<Runtime>) {
         // Consumed: the slot goes back to the producers.
         word.store(sys::PACKET_TYPE_INVALID as u32, Ordering::Release);
         q.mem().read.store(index + 1, Ordering::SeqCst);
+        let start = crate::state::timestamp();
         let result = match (packet.header >> sys::PACKET_HEADER_TYPE) & 0xff {
             t if t == sys::PACKET_TYPE_KERNEL_DISPATCH => dispatch(&rt, &q, index, &packet),
             t if t == sys::PACKET_TYPE_BARRIER_AND => barrier_and(&rt, &q, &raw),
@@ -296,6 +307,9 @@ fn process(queue: Weak<QueueObj>, rt: Weak<Runtime>) {
                 if packet.completion_signal.handle != 0
                     && let Some(s) = signal::get(&rt, packet.completion_signal.handle)
                 {
+                    if q.profiling.load(Ordering::SeqCst) {
+                        s.set_times(start, crate::state::timestamp());
+                    }
                     s.add(-1);
                 }
             }
@@ -405,7 +419,12 @@ fn dispatch(
     let result = {
         let mut emu = rt.emu();
         emu.config_mut().control = q.control.clone();
-        emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds)
+        // Host-visible memory goes in before the kernel and what it wrote comes back after.
+        let mirrors = lock(&rt.mirrors);
+        let snapshot = mirrors.before_dispatch(emu.memory());
+        let r = emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds);
+        mirrors.after_dispatch(emu.memory(), snapshot);
+        r
     };
     let fault = match result {
         Ok(_) => return Ok(()),
@@ -450,11 +469,14 @@ fn kernarg(
             )))
         };
     }
-    if let Some((base, size)) = rt.host_range(addr as usize) {
-        let len = (base + size - addr as usize).min(MAX_KERNARG);
+    if let Some((base, m)) = lock(&rt.mirrors).at_agent(addr) {
+        let offset = (addr - base) as usize;
+        let len = (m.size - offset).min(MAX_KERNARG);
         let mut v = vec![0u8; len];
-        // SAFETY: [addr, addr + len) lies in a live kernarg-pool allocation of this runtime.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), len) };
+        // SAFETY: [host + offset, + len) lies in a live host-visible or locked allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping((m.host + offset) as *const u8, v.as_mut_ptr(), len)
+        };
         return Ok(v);
     }
     if let Some((base, size)) = rt.device_range(addr, 1) {

@@ -17,6 +17,9 @@ pub(crate) struct SignalObj {
     changed: Condvar,
     /// A queue's doorbell: only its queue destroys it.
     pub doorbell: bool,
+    /// The start and end (system timestamp ticks) of the last profiled dispatch or copy that
+    /// signalled it; (0, 0) before any.
+    times: Mutex<(u64, u64)>,
 }
 
 impl SignalObj {
@@ -26,7 +29,43 @@ impl SignalObj {
             lock: Mutex::new(()),
             changed: Condvar::new(),
             doorbell,
+            times: Mutex::new((0, 0)),
         }
+    }
+
+    /// Records the times of the profiled operation that signals it.
+    pub fn set_times(&self, start: u64, end: u64) {
+        *self.times.lock().unwrap_or_else(|p| p.into_inner()) = (start, end);
+    }
+
+    /// The times of the last profiled operation that signalled it.
+    pub fn times(&self) -> (u64, u64) {
+        *self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The value's address (`hsa_amd_signal_value_pointer`); stable while the signal lives.
+    pub fn value_ptr(&self) -> *const AtomicI64 {
+        &self.value
+    }
+
+    /// Applies `f` atomically and wakes the waiters; returns the previous value.
+    pub fn update(&self, f: impl Fn(i64) -> i64) -> i64 {
+        let old = self
+            .value
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(f(v)))
+            .unwrap_or_else(|v| v);
+        self.notify();
+        old
+    }
+
+    /// Compare-and-swap; returns the previous value.
+    pub fn cas(&self, expected: i64, value: i64) -> i64 {
+        let old = self
+            .value
+            .compare_exchange(expected, value, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap_or_else(|v| v);
+        self.notify();
+        old
     }
 
     pub fn load(&self) -> i64 {

@@ -1,7 +1,6 @@
 //! The runtime's state: the emulator, its agents and pools, memory, and the tables of live
 //! objects (signals, queues, readers, executables, kernels).
 
-use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -23,26 +22,13 @@ pub(crate) const CPU_AGENT: sys::Agent = sys::Agent {
 pub(crate) const GPU_AGENT: sys::Agent = sys::Agent {
     handle: 0x7469_6c65_0000_0002,
 };
-/// The CPU's fine-grained, kernarg-init system-memory pool (host memory).
-pub(crate) const KERNARG_POOL: sys::MemoryPool = sys::MemoryPool {
-    handle: 0x7469_6c65_0000_0101,
-};
-/// The gfx950's coarse-grained device-memory pool (the emulator's memory).
-pub(crate) const DEVICE_POOL: sys::MemoryPool = sys::MemoryPool {
-    handle: 0x7469_6c65_0000_0102,
-};
+/// The gfx950 ISA's handle (`hsa_isa_t`).
+pub(crate) const GPU_ISA: u64 = 0x7469_6c65_0000_0201;
 
 /// The emulated GPU's compute units (an MI355X has 256).
 pub(crate) const COMPUTE_UNITS: u32 = tilegen_arch::COMPUTE_UNITS;
-/// Allocation granule and alignment of both pools.
-pub(crate) const GRANULE: usize = 4096;
 /// Timestamp ticks per second (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`): 100 MHz.
 pub(crate) const TICKS_PER_SECOND: u64 = 100_000_000;
-
-/// A host allocation of the kernarg pool.
-pub(crate) struct HostAlloc {
-    pub layout: Layout,
-}
 
 /// Everything the runtime holds between `hsa_init` and the last `hsa_shut_down`.
 pub(crate) struct Runtime {
@@ -52,8 +38,8 @@ pub(crate) struct Runtime {
     pub device_allocs: Mutex<BTreeMap<u64, u64>>,
     /// The end of the highest device allocation ever made: device addresses lie below it.
     pub device_high: AtomicU64,
-    /// Kernarg-pool allocations: host address -> layout.
-    pub host_allocs: Mutex<BTreeMap<usize, HostAlloc>>,
+    /// Host-visible and locked allocations (taken after `emu` when both are held).
+    pub mirrors: Mutex<crate::memory::Mirrors>,
     pub signals: RwLock<HashMap<u64, Arc<SignalObj>>>,
     pub queues: Mutex<HashMap<usize, Arc<QueueObj>>>,
     pub readers: Mutex<HashMap<u64, Arc<[u8]>>>,
@@ -88,7 +74,7 @@ impl Runtime {
             max_memory,
             device_allocs: Mutex::new(BTreeMap::new()),
             device_high: AtomicU64::new(0),
-            host_allocs: Mutex::new(BTreeMap::new()),
+            mirrors: Mutex::new(crate::memory::Mirrors::default()),
             signals: RwLock::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             readers: Mutex::new(HashMap::new()),
@@ -118,13 +104,6 @@ impl Runtime {
         (addr - base < size && len <= size - (addr - base)).then_some((base, size))
     }
 
-    /// The kernarg-pool allocation that holds `addr`, as (base, size).
-    pub fn host_range(&self, addr: usize) -> Option<(usize, usize)> {
-        let allocs = lock(&self.host_allocs);
-        let (&base, a) = allocs.range(..=addr).next_back()?;
-        (addr - base < a.layout.size()).then_some((base, a.layout.size()))
-    }
-
     /// Stops every queue's processor (cancelling what runs) and waits for them.
     fn stop_queues(&self) {
         let queues: Vec<Arc<QueueObj>> = lock(&self.queues).drain().map(|(_, q)| q).collect();
@@ -136,13 +115,16 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        let allocs = std::mem::take(&mut *lock(&self.host_allocs));
-        for (base, a) in allocs {
-            // SAFETY: allocated with this layout by `allocate` and not freed (it is still in
-            // the table); nothing uses the runtime's memory once it is dropped.
-            unsafe { std::alloc::dealloc(base as *mut u8, a.layout) };
-        }
+        crate::memory::release_all(self);
     }
+}
+
+/// The system timestamp (`HSA_SYSTEM_INFO_TIMESTAMP`): ticks of [`TICKS_PER_SECOND`] since
+/// the library's first use of the clock.
+pub(crate) fn timestamp() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let now = START.get_or_init(std::time::Instant::now).elapsed();
+    (now.as_nanos() * TICKS_PER_SECOND as u128 / 1_000_000_000) as u64
 }
 
 /// Locks a table, taking it over if a panic poisoned it (tables hold plain data).
@@ -230,7 +212,46 @@ pub(crate) unsafe fn put_name(out: *mut std::ffi::c_void, name: &str) -> Status 
     unsafe { put(out, buf) }
 }
 
-/// `hsa_agent_get_info`.
+/// L1 vector cache, L2 and Infinity Cache (MALL) of an MI355X, in bytes (CDNA 4 white paper:
+/// 32 KiB per CU, 4 MiB per XCD, 256 MiB), as `HSA_AGENT_INFO_CACHE_SIZE` lists them.
+const GPU_CACHES: [u32; 4] = [32 << 10, 4 << 20, 256 << 20, 0];
+/// Shader engines per XCD on CDNA 3/4 (rocminfo on an MI300X: 32 engines for 8 XCDs).
+const SHADER_ENGINES_PER_XCD: u32 = 4;
+/// The PCI device ID of an MI355X (`HSA_AMD_AGENT_INFO_CHIP_ID`; amdgpu's ID table).
+const MI355X_DEVICE_ID: u32 = 0x75A3;
+/// HBM3E interface width of an MI355X in bits: 8 stacks of 1024.
+const GPU_MEMORY_WIDTH: u32 = 8 * 1024;
+/// Watch points per gfx9 agent (ROCr: `1 << WatchPointsTotalBits`, 2 bits on gfx9).
+const GPU_WATCH_POINTS: u32 = 4;
+/// FBARRIER_MAX_SIZE (ROCr's GPU agent: 32).
+const GPU_FBARRIERS: u32 = 32;
+
+/// The host CPU's model name (ROCr names the CPU agent after it), from /proc/cpuinfo.
+fn cpu_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "CPU".to_string())
+    })
+}
+
+/// A NUL-padded `char[N]`.
+fn chars<const N: usize>(text: &str) -> [u8; N] {
+    let mut buf = [0u8; N];
+    let n = text.len().min(N - 1);
+    buf[..n].copy_from_slice(&text.as_bytes()[..n]);
+    buf
+}
+
+/// `hsa_agent_get_info`. Values are what ROCr reports for an MI355X and its host CPU, except
+/// where the emulator has no such thing (noted beside the value).
 ///
 /// # Safety
 /// `value` must be valid for writing the attribute's type.
@@ -253,6 +274,8 @@ pub(crate) unsafe fn agent_info(
         );
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let g = |v: u32| if gpu { v } else { 0 };
+    let max_wg = tilegen_arch::MAX_WORKGROUP_SIZE;
     // SAFETY (every `put`): the caller's buffer is of the attribute's documented type.
     unsafe {
         match attribute {
@@ -261,40 +284,36 @@ pub(crate) unsafe fn agent_info(
                 if gpu {
                     tilegen_arch::PROCESSOR
                 } else {
-                    "tilegen-hsa-emu host CPU"
+                    cpu_name()
                 },
             ),
-            sys::AGENT_INFO_VENDOR_NAME => put_name(value, if gpu { "AMD" } else { "host" }),
-            sys::AGENT_INFO_FEATURE => put::<u32>(
-                value,
-                if gpu {
-                    sys::AGENT_FEATURE_KERNEL_DISPATCH
-                } else {
-                    0
-                },
-            ),
+            // ROCr's CPU agent says "CPU".
+            sys::AGENT_INFO_VENDOR_NAME => put_name(value, if gpu { "AMD" } else { "CPU" }),
+            sys::AGENT_INFO_FEATURE => put::<u32>(value, g(sys::AGENT_FEATURE_KERNEL_DISPATCH)),
             // HSA_AGENT_INFO_MACHINE_MODEL: large.
             3 => put::<u32>(value, 1),
-            sys::AGENT_INFO_PROFILE => put::<u32>(value, sys::PROFILE_BASE),
-            sys::AGENT_INFO_WAVEFRONT_SIZE => put::<u32>(value, if gpu { 64 } else { 0 }),
+            // A discrete GPU is a base-profile agent; the CPU is full-profile (ROCr).
+            sys::AGENT_INFO_PROFILE => put::<u32>(value, if gpu { sys::PROFILE_BASE } else { 1 }),
+            // HSA_AGENT_INFO_DEFAULT_FLOAT_ROUNDING_MODE and _BASE_PROFILE_..._MODES: NEAR.
+            5 | 23 => put::<u32>(value, 2),
+            // HSA_AGENT_INFO_FAST_F16_OPERATION: ROCr says true for gfx8 and later.
+            24 => put::<bool>(value, gpu),
+            sys::AGENT_INFO_WAVEFRONT_SIZE => put::<u32>(value, g(tilegen_arch::WAVE_SIZE)),
             // HSA_AGENT_INFO_WORKGROUP_MAX_DIM: uint16_t[3].
-            7 => put::<[u16; 3]>(value, if gpu { [1024; 3] } else { [0; 3] }),
-            sys::AGENT_INFO_WORKGROUP_MAX_SIZE => put::<u32>(value, if gpu { 1024 } else { 0 }),
+            7 => put::<[u16; 3]>(value, [g(max_wg) as u16; 3]),
+            sys::AGENT_INFO_WORKGROUP_MAX_SIZE => put::<u32>(value, g(max_wg)),
             // HSA_AGENT_INFO_GRID_MAX_DIM (hsa_dim3_t), HSA_AGENT_INFO_GRID_MAX_SIZE.
             9 => put::<[u32; 3]>(value, [u32::MAX; 3]),
             10 => put::<u32>(value, u32::MAX),
+            11 => put::<u32>(value, g(GPU_FBARRIERS)),
             // HSA_AGENT_INFO_QUEUES_MAX.
-            12 => put::<u32>(value, if gpu { 128 } else { 0 }),
-            sys::AGENT_INFO_QUEUE_MIN_SIZE => {
-                put::<u32>(value, if gpu { crate::queue::MIN_SIZE } else { 0 })
-            }
-            sys::AGENT_INFO_QUEUE_MAX_SIZE => {
-                put::<u32>(value, if gpu { crate::queue::MAX_SIZE } else { 0 })
-            }
+            12 => put::<u32>(value, g(128)),
+            sys::AGENT_INFO_QUEUE_MIN_SIZE => put::<u32>(value, g(crate::queue::MIN_SIZE)),
+            sys::AGENT_INFO_QUEUE_MAX_SIZE => put::<u32>(value, g(crate::queue::MAX_SIZE)),
             // HSA_AGENT_INFO_QUEUE_TYPE: multi-producer.
             15 => put::<u32>(value, sys::QUEUE_TYPE_MULTI),
             // HSA_AGENT_INFO_NODE.
-            16 => put::<u32>(value, if gpu { 1 } else { 0 }),
+            16 => put::<u32>(value, u32::from(gpu)),
             sys::AGENT_INFO_DEVICE => put::<u32>(
                 value,
                 if gpu {
@@ -303,27 +322,69 @@ pub(crate) unsafe fn agent_info(
                     sys::DEVICE_TYPE_CPU
                 },
             ),
+            // HSA_AGENT_INFO_CACHE_SIZE: uint32_t[4] (the host's caches are not described).
+            18 => put::<[u32; 4]>(value, if gpu { GPU_CACHES } else { [0; 4] }),
+            // HSA_AGENT_INFO_ISA: the CPU has none (ROCr writes handle 0).
+            19 => put::<u64>(value, if gpu { GPU_ISA } else { 0 }),
+            // HSA_AGENT_INFO_EXTENSIONS: no extension tables are provided.
+            20 => put::<[u8; 128]>(value, [0; 128]),
             // HSA_AGENT_INFO_VERSION_MAJOR, _MINOR.
-            21 => put::<u16>(value, 1),
-            22 => put::<u16>(value, 1),
+            21 | 22 => put::<u16>(value, 1),
+            0xA000 => put::<u32>(value, g(MI355X_DEVICE_ID)),
             // HSA_AMD_AGENT_INFO_CACHELINE_SIZE.
             0xA001 => put::<u32>(value, if gpu { 128 } else { 64 }),
             sys::AMD_AGENT_INFO_COMPUTE_UNIT_COUNT => {
                 put::<u32>(value, if gpu { COMPUTE_UNITS } else { cpus })
             }
-            // HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY (MHz).
-            0xA003 => put::<u32>(value, if gpu { 2400 } else { 0 }),
+            // HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY (MHz): the MI355X's peak engine clock.
+            0xA003 => put::<u32>(value, g(2400)),
+            // HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: the KFD node (the CPU is node 0).
+            0xA004 => put::<u32>(value, u32::from(gpu)),
+            0xA005 => put::<u32>(value, g(GPU_WATCH_POINTS)),
+            // HSA_AMD_AGENT_INFO_BDFID: an emulated device sits on no PCI bus.
+            0xA006 => put::<u32>(value, 0),
+            // HSA_AMD_AGENT_INFO_MEMORY_WIDTH.
+            0xA007 => put::<u32>(value, g(GPU_MEMORY_WIDTH)),
             sys::AMD_AGENT_INFO_PRODUCT_NAME => put_name(
                 value,
                 if gpu {
                     "AMD Instinct MI355X (tilegen gfx950 emulator)"
                 } else {
-                    "host CPU"
+                    cpu_name()
                 },
             ),
             // HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, HSA_AMD_AGENT_INFO_NUM_SIMDS_PER_CU.
-            0xA00A => put::<u32>(value, if gpu { 32 } else { 0 }),
-            0xA00B => put::<u32>(value, if gpu { 4 } else { 0 }),
+            0xA00A => put::<u32>(
+                value,
+                g(tilegen_arch::SIMDS_PER_CU * tilegen_arch::MAX_WAVES_PER_SIMD),
+            ),
+            0xA00B => put::<u32>(value, g(tilegen_arch::SIMDS_PER_CU)),
+            // HSA_AMD_AGENT_INFO_NUM_SHADER_ENGINES, _NUM_SHADER_ARRAYS_PER_SE.
+            0xA00C => put::<u32>(value, g(tilegen_arch::XCDS * SHADER_ENGINES_PER_XCD)),
+            0xA00D => put::<u32>(value, g(1)),
+            // HSA_AMD_AGENT_INFO_UUID: char[21]; ROCr writes "GPU-XX" for a device without a
+            // unique ID (an emulated one) and "CPU-XX" for the CPU.
+            0xA011 => put::<[u8; 21]>(value, chars(if gpu { "GPU-XX" } else { "CPU-XX" })),
+            // HSA_AMD_AGENT_INFO_ASIC_REVISION: the emulated chip is revision 0.
+            0xA012 => put::<u32>(value, 0),
+            // HSA_AMD_AGENT_INFO_SVM_DIRECT_HOST_ACCESS: a discrete GPU reaches host memory
+            // over PCIe, not coherently; the CPU is the host.
+            0xA013 => put::<bool>(value, !gpu),
+            // HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT.
+            0xA014 => put::<u32>(value, g(COMPUTE_UNITS)),
+            // HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY: the system timestamp's.
+            0xA016 => put::<u64>(value, TICKS_PER_SECOND),
+            // HSA_AMD_AGENT_INFO_UCODE_VERSION, _SDMA_UCODE_VERSION: the emulator runs no
+            // firmware, so version 0.
+            0xA108 | 0xA109 => put::<u32>(value, 0),
+            // HSA_AMD_AGENT_INFO_IOMMU_SUPPORT: HSA_IOMMU_SUPPORT_NONE (a discrete GPU).
+            0xA110 => put::<u32>(value, 0),
+            // HSA_AMD_AGENT_INFO_NUM_XCC.
+            0xA111 => put::<u32>(value, g(tilegen_arch::XCDS)),
+            // HSA_AMD_AGENT_INFO_NEAREST_CPU.
+            0xA113 if gpu => put(value, CPU_AGENT),
+            // HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES: uint8_t[8] bit set; no AGENT_IS_APU.
+            0xA114 => put::<[u8; 8]>(value, [0; 8]),
             other => fail(
                 sys::STATUS_ERROR_INVALID_ARGUMENT,
                 format!("agent attribute {other:#x} is not one this runtime answers"),
@@ -332,134 +393,7 @@ pub(crate) unsafe fn agent_info(
     }
 }
 
-/// `hsa_amd_memory_pool_get_info`.
-///
-/// # Safety
-/// `value` must be valid for writing the attribute's type.
-pub(crate) unsafe fn pool_info(
-    rt: &Runtime,
-    pool: sys::MemoryPool,
-    attribute: u32,
-    value: *mut std::ffi::c_void,
-) -> Status {
-    let device = pool == DEVICE_POOL;
-    if !device && pool != KERNARG_POOL {
-        return fail(
-            sys::STATUS_ERROR_INVALID_MEMORY_POOL,
-            format!(
-                "memory pool {:#x} is not a pool of this runtime",
-                pool.handle
-            ),
-        );
-    }
-    if value.is_null() {
-        return fail(
-            sys::STATUS_ERROR_INVALID_ARGUMENT,
-            "the value pointer is null",
-        );
-    }
-    let size = if device {
-        rt.max_memory as usize
-    } else {
-        rt.max_memory.max(1 << 30) as usize
-    };
-    // SAFETY (every `put`): the caller's buffer is of the attribute's documented type.
-    unsafe {
-        match attribute {
-            sys::AMD_MEMORY_POOL_INFO_SEGMENT => put::<u32>(value, sys::AMD_SEGMENT_GLOBAL),
-            sys::AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS => put::<u32>(
-                value,
-                if device {
-                    sys::AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED
-                } else {
-                    sys::AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT
-                        | sys::AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-                },
-            ),
-            sys::AMD_MEMORY_POOL_INFO_SIZE => put::<usize>(value, size),
-            sys::AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED => put::<bool>(value, true),
-            sys::AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_GRANULE
-            | sys::AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALIGNMENT => put::<usize>(value, GRANULE),
-            sys::AMD_MEMORY_POOL_INFO_ACCESSIBLE_BY_ALL => put::<bool>(value, !device),
-            // HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE.
-            16 => put::<usize>(value, size),
-            other => fail(
-                sys::STATUS_ERROR_INVALID_ARGUMENT,
-                format!("memory pool attribute {other} is not one this runtime answers"),
-            ),
-        }
-    }
-}
-
-/// `hsa_amd_memory_pool_allocate`.
-pub(crate) fn allocate(rt: &Runtime, pool: sys::MemoryPool, size: usize) -> Result<u64, Status> {
-    if size == 0 {
-        return Err(fail(
-            sys::STATUS_ERROR_INVALID_ALLOCATION,
-            "a zero-byte allocation",
-        ));
-    }
-    if pool == DEVICE_POOL {
-        let base = rt.emu().memory_mut().alloc(size as u64).map_err(|e| {
-            fail(
-                sys::STATUS_ERROR_OUT_OF_RESOURCES,
-                format!("allocating {size} bytes of device memory: {e}"),
-            )
-        })?;
-        lock(&rt.device_allocs).insert(base, size as u64);
-        rt.device_high
-            .fetch_max(base.saturating_add(size as u64), Ordering::SeqCst);
-        Ok(base)
-    } else if pool == KERNARG_POOL {
-        let layout = size
-            .checked_next_multiple_of(GRANULE)
-            .and_then(|n| Layout::from_size_align(n, GRANULE).ok())
-            .ok_or_else(|| {
-                fail(
-                    sys::STATUS_ERROR_INVALID_ALLOCATION,
-                    format!("{size} bytes do not fit the address space"),
-                )
-            })?;
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(fail(
-                sys::STATUS_ERROR_OUT_OF_RESOURCES,
-                format!("the host refused {size} bytes of system memory"),
-            ));
-        }
-        lock(&rt.host_allocs).insert(p as usize, HostAlloc { layout });
-        Ok(p as u64)
-    } else {
-        Err(fail(
-            sys::STATUS_ERROR_INVALID_MEMORY_POOL,
-            format!(
-                "memory pool {:#x} is not a pool of this runtime",
-                pool.handle
-            ),
-        ))
-    }
-}
-
-/// `hsa_amd_memory_pool_free`.
-pub(crate) fn free(rt: &Runtime, ptr: u64) -> Status {
-    if lock(&rt.device_allocs).remove(&ptr).is_some() {
-        let _ = rt.emu().memory_mut().free(ptr);
-        return sys::STATUS_SUCCESS;
-    }
-    if let Some(a) = lock(&rt.host_allocs).remove(&(ptr as usize)) {
-        // SAFETY: allocated with this layout by `allocate`; removed from the table, so freed
-        // once.
-        unsafe { std::alloc::dealloc(ptr as *mut u8, a.layout) };
-        return sys::STATUS_SUCCESS;
-    }
-    fail(
-        sys::STATUS_ERROR_INVALID_ARGUMENT,
-        format!("{ptr:#x} is not the base of a live allocation (freed already?)"),
-    )
-}
-
-/// `hsa_amd_agents_allow_access`: every agent may access every pool here; checks the
+/// `hsa_amd_agents_allow_access`: every agent may access every allocation here; checks the
 /// arguments.
 pub(crate) fn allow_access(rt: &Runtime, agents: &[sys::Agent], ptr: u64) -> Status {
     if let Some(a) = agents.iter().find(|a| **a != GPU_AGENT && **a != CPU_AGENT) {
@@ -468,110 +402,11 @@ pub(crate) fn allow_access(rt: &Runtime, agents: &[sys::Agent], ptr: u64) -> Sta
             format!("agent {:#x} is not an agent of this runtime", a.handle),
         );
     }
-    if !lock(&rt.device_allocs).contains_key(&ptr)
-        && !lock(&rt.host_allocs).contains_key(&(ptr as usize))
-    {
+    if !crate::memory::is_allocation(rt, ptr) {
         return fail(
             sys::STATUS_ERROR_INVALID_ARGUMENT,
             format!("{ptr:#x} is not the base of a live allocation (freed already?)"),
         );
     }
     sys::STATUS_SUCCESS
-}
-
-/// Where a copy's end is.
-enum Place {
-    Device,
-    Host,
-}
-
-fn place(rt: &Runtime, addr: u64, len: u64, what: &str) -> Result<Place, Status> {
-    if rt.device_range(addr, 1).is_some() {
-        return match rt.device_range(addr, len) {
-            Some(_) => Ok(Place::Device),
-            None => Err(fail(
-                sys::STATUS_ERROR_INVALID_ARGUMENT,
-                format!(
-                    "the {what} [{addr:#x}, +{len}) runs past the end of its device allocation"
-                ),
-            )),
-        };
-    }
-    if let Some((base, size)) = rt.host_range(addr as usize) {
-        if (addr as usize - base) as u64 + len > size as u64 {
-            return Err(fail(
-                sys::STATUS_ERROR_INVALID_ARGUMENT,
-                format!(
-                    "the {what} [{addr:#x}, +{len}) runs past the end of its system-memory allocation"
-                ),
-            ));
-        }
-        return Ok(Place::Host);
-    }
-    let device = tilegen_emu::exec::memory::HEAP_BASE..rt.device_high.load(Ordering::SeqCst);
-    if device.contains(&addr) {
-        // Where device allocations were made, but no live one: freed (or never allocated).
-        return Err(fail(
-            sys::STATUS_ERROR_INVALID_ARGUMENT,
-            format!("the {what} {addr:#x} is device memory that is not allocated (freed already?)"),
-        ));
-    }
-    // Any other address is the application's own (system) memory.
-    Ok(Place::Host)
-}
-
-/// `hsa_memory_copy` between host memory (any, as system memory is in HSA) and device memory.
-///
-/// # Safety
-/// Host ranges must be valid for the access (the HSA contract).
-pub(crate) unsafe fn copy(rt: &Runtime, dst: u64, src: u64, len: usize) -> Status {
-    if len == 0 {
-        return sys::STATUS_SUCCESS;
-    }
-    if dst == 0 || src == 0 {
-        return fail(sys::STATUS_ERROR_INVALID_ARGUMENT, "a null pointer");
-    }
-    let n = len as u64;
-    let (d, s) = match (
-        place(rt, dst, n, "destination"),
-        place(rt, src, n, "source"),
-    ) {
-        (Ok(d), Ok(s)) => (d, s),
-        (Err(e), _) | (_, Err(e)) => return e,
-    };
-    let fault = |e: tilegen_emu::exec::MemFault| fail(sys::STATUS_ERROR_INVALID_ARGUMENT, e);
-    match (d, s) {
-        (Place::Device, Place::Host) => {
-            // SAFETY: the caller's contract for the host source.
-            let data = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
-            match rt.emu().memory().write(dst, data) {
-                Ok(()) => sys::STATUS_SUCCESS,
-                Err(e) => fault(e),
-            }
-        }
-        (Place::Host, Place::Device) => {
-            // SAFETY: the caller's contract for the host destination.
-            let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-            match rt.emu().memory().read(src, out) {
-                Ok(()) => sys::STATUS_SUCCESS,
-                Err(e) => fault(e),
-            }
-        }
-        (Place::Device, Place::Device) => {
-            let emu = rt.emu();
-            match emu
-                .memory()
-                .read_vec(src, len)
-                .and_then(|v| emu.memory().write(dst, &v))
-            {
-                Ok(()) => sys::STATUS_SUCCESS,
-                Err(e) => fault(e),
-            }
-        }
-        (Place::Host, Place::Host) => {
-            // SAFETY: the caller's contract; `copy` allows overlap.
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
-            sys::STATUS_SUCCESS
-        }
-    }
 }

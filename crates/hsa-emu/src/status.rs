@@ -110,6 +110,36 @@ const STATUSES: &[(Status, &str, &str)] = &[
         "The code object reader is invalid.",
     ),
     (
+        0x1005,
+        "HSA_STATUS_ERROR_INVALID_REGION",
+        "The region is invalid.",
+    ),
+    (
+        0x100E,
+        "HSA_STATUS_ERROR_INVALID_INDEX",
+        "The index is invalid.",
+    ),
+    (
+        0x1017,
+        "HSA_STATUS_ERROR_INVALID_ISA_NAME",
+        "The instruction set architecture name is invalid.",
+    ),
+    (
+        0x1020,
+        "HSA_STATUS_ERROR_INVALID_FILE",
+        "The file descriptor is invalid.",
+    ),
+    (
+        0x3000,
+        "HSA_EXT_STATUS_ERROR_IMAGE_FORMAT_UNSUPPORTED",
+        "Image format is not supported.",
+    ),
+    (
+        0x3003,
+        "HSA_EXT_STATUS_ERROR_SAMPLER_DESCRIPTOR_UNSUPPORTED",
+        "Sampler descriptor is not supported or is invalid.",
+    ),
+    (
         sys::STATUS_ERROR_INVALID_MEMORY_POOL,
         "HSA_STATUS_ERROR_INVALID_MEMORY_POOL",
         "The memory pool is invalid.",
