@@ -22,7 +22,7 @@ pub struct ErrorBand {
 /// chosen with these rows' per-regime errors in view, so they no longer count as unseen: the
 /// FP8 fused-MoE family (`aiter-fmoe`) is the evidence no model change has looked at.
 pub const HELD_OUT_ERROR: ErrorBand = ErrorBand {
-    median: 0.069,
+    median: 0.071,
     p90: 0.201,
     rows: 585,
 };
@@ -35,7 +35,7 @@ impl ErrorBand {
         lo > 0.0 && hi / lo - 1.0 < self.median
     }
 
-    /// `±6.9% (p90 20.1%)`: the band as a ratio's annotation.
+    /// `±7.1% (p90 20.1%)`: the band as a ratio's annotation.
     pub fn label(&self) -> String {
         format!(
             "±{:.1}% (p90 {:.1}%)",
@@ -56,6 +56,6 @@ mod tests {
         assert!(b.ties(105.0, 100.0));
         assert!(!b.ties(100.0, 115.0));
         assert!(!b.ties(0.0, 1.0));
-        assert_eq!(b.label(), "±6.9% (p90 20.1%)");
+        assert_eq!(b.label(), "±7.1% (p90 20.1%)");
     }
 }

@@ -27,14 +27,19 @@ pub struct LoopExtrapolation {
 }
 
 impl Default for LoopExtrapolation {
-    /// 4 and 28 steps: past the deepest prologue of the GEMMs modelled (a depth-2 prefetch)
-    /// and 24 steps apart, a multiple of every unrolling they use (2, 3, 4, 6, 8). On AITER's
-    /// kernels the extrapolated time is within 0.35% of a full simulation at the median and
-    /// 1.4% at worst (65 calibration rows of more than 32 steps, `aiter-calibrate --full-k`).
+    /// 4 and 16 steps: past the deepest prologue of the GEMMs modelled (a depth-2 prefetch)
+    /// and 12 steps apart, a multiple of the unrollings 2, 3, 4 and 6. The long run is what
+    /// bounds a prediction's cost: with 28 steps (24 apart) the slowest AITER rows (three
+    /// rounds of 256x256 workgroups at 25 to 32 steps, simulated whole) took 2 to 3 s of one
+    /// core, over the model's 2 s budget; with 16 the slowest takes 1.7 s with both cores
+    /// busy. Against simulating every step (`aiter-calibrate --set calibration --full-k`, the
+    /// 115 calibration rows of more than 20 steps) the extrapolated time is within 1.0% at the
+    /// median, 3.3% at the 90th percentile and 5.8% at worst (signed median -0.9%); 4 and 28
+    /// steps gave 0.7%, 2.0% and 3.8% on the 55 rows of more than 32 steps.
     fn default() -> Self {
         LoopExtrapolation {
             short_steps: 4,
-            long_steps: 28,
+            long_steps: 16,
         }
     }
 }

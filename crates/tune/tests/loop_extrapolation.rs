@@ -33,7 +33,7 @@ fn extrapolated_k_loops_agree_with_every_step_simulated() {
     for spec in specs {
         let kernel = compile(&spec).unwrap();
         assert!(matches!(spec.variant(), Variant::Preb | Variant::Lds));
-        // 40 K tiles: past the two short runs (4 and 28 steps) together.
+        // 40 K tiles: past the two short runs (4 and 16 steps) together.
         let shape = Shape {
             m: 64,
             n: 512,

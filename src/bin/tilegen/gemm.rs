@@ -55,8 +55,8 @@ pub struct GemmArgs {
     /// size included).
     #[arg(long, conflicts_with_all = ["timing", "emit_dir"])]
     timing_only: bool,
-    /// Simulate every K step (by default a main loop of more than 32 steps, K over
-    /// bk-elems x split-k, is timed from runs of 4 and 28 steps).
+    /// Simulate every K step (by default a main loop of more than 20 steps, K over
+    /// bk-elems x split-k, is timed from runs of 4 and 16 steps).
     #[arg(long)]
     full_k: bool,
     #[command(flatten)]

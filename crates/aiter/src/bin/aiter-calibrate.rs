@@ -74,7 +74,7 @@ struct Args {
     /// Simulate every K step (no extrapolation of long K loops).
     #[arg(long)]
     full_k: bool,
-    /// Extrapolate long K loops from runs of SHORT and LONG steps (default 4,28).
+    /// Extrapolate long K loops from runs of SHORT and LONG steps (default 4,16).
     #[arg(long, value_name = "SHORT,LONG", value_parser = parse_k_steps)]
     k_steps: Option<(u32, u32)>,
     /// Run the model on one calibration row (table line) and print the whole prediction.
