@@ -33,9 +33,10 @@ fn main() -> ExitCode {
         Some("test") => setup().and_then(|()| test(&args[1..])),
         Some("demo") => setup().and_then(|()| demo(&args[1..])),
         Some("calibrate") => aiter::calibrate(&args[1..]),
+        Some("hsa-emu-install") => hsa_emu_install(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup|test|demo|calibrate> [args]\n  setup      install LLVM 22 and the Triton peer when missing, fetch the AITER corpus\n  test       setup + the whole test suite (extra args go to cargo test)\n  demo       setup + the main job\n  calibrate  fetch the AITER corpus, fit and judge the time predictors against AMD's MI355X times\n             (--out DIR, default target/calibrate)"
+                "usage: cargo xtask <setup|test|demo|calibrate|hsa-emu-install> [args]\n  setup      install LLVM 22 and the Triton peer when missing, fetch the AITER corpus\n  test       setup + the whole test suite (extra args go to cargo test)\n  demo       setup + the main job\n  calibrate  fetch the AITER corpus, fit and judge the time predictors against AMD's MI355X times\n             (--out DIR, default target/calibrate)\n  hsa-emu-install DIR  build tilegen's HSA library (release) and install it as DIR/libhsa-runtime64.so.1\n             (put DIR on LD_LIBRARY_PATH to run HSA programs on the gfx950 emulator)"
             );
             return ExitCode::from(2);
         }
@@ -154,15 +155,28 @@ fn setup_slurm() -> Result<()> {
 }
 
 /// Debian's HSA runtime (ROCm 5.2), which HsaDevice's tests load: it has no gfx950 support
-/// and, without a GPU driver, its `hsa_init` fails, as it does for a user without one.
-const HSA_PACKAGE: &str = "libhsa-runtime64-1";
+/// and, without a GPU driver, its `hsa_init` fails, as it does for a user without one. Its
+/// headers (and the `libhsa-runtime64.so` link name) build the C programs of the HSA harness.
+const HSA_PACKAGES: &[(&str, &str)] = &[
+    ("libhsa-runtime64-1", HSA_LIBRARY),
+    ("libhsa-runtime-dev", "/usr/include/hsa/hsa.h"),
+];
 const HSA_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1";
 
+/// Installs the `HSA_PACKAGES` whose file is missing (only those).
 fn setup_hsa() -> Result<()> {
-    if Path::new(HSA_LIBRARY).exists() {
+    let missing: Vec<&str> = HSA_PACKAGES
+        .iter()
+        .filter(|(_, file)| !Path::new(file).exists())
+        .map(|(package, _)| *package)
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    step(&format!("installing Debian's HSA runtime ({HSA_PACKAGE})"));
+    step(&format!(
+        "installing Debian's HSA runtime packages ({})",
+        missing.join(", ")
+    ));
     let apt = |args: &[&str]| {
         let mut c = if is_root() {
             Command::new("apt-get")
@@ -175,21 +189,58 @@ fn setup_hsa() -> Result<()> {
         c
     };
     run(&mut apt(&["update", "-q"]), "apt-get update")?;
+    let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+    install.args(&missing);
     run(
-        &mut apt(&[
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            HSA_PACKAGE,
-        ]),
-        "apt-get install libhsa-runtime64-1",
+        &mut install,
+        &format!("apt-get install {}", missing.join(" ")),
     )?;
-    if !Path::new(HSA_LIBRARY).exists() {
-        return Err(format!(
-            "{HSA_PACKAGE} is installed but {HSA_LIBRARY} is missing"
-        ));
+    for (package, file) in HSA_PACKAGES {
+        if !Path::new(file).exists() {
+            return Err(format!("{package} is installed but {file} is missing"));
+        }
     }
+    Ok(())
+}
+
+/// `cargo xtask hsa-emu-install DIR`: builds `tilegen-hsa-emu` in release and installs it as
+/// `DIR/libhsa-runtime64.so.1` (copied beside it, then renamed over the old one, so a program
+/// starting meanwhile loads either whole library).
+fn hsa_emu_install(args: &[String]) -> Result<()> {
+    let [dir] = args else {
+        return Err("usage: cargo xtask hsa-emu-install DIR".into());
+    };
+    let dir = PathBuf::from(dir);
+    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    step("building tilegen's HSA library (release)");
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(
+        Command::new(cargo)
+            .args(["build", "--release", "-p", "tilegen-hsa-emu", "--lib"])
+            .current_dir(root()),
+        "cargo build --release -p tilegen-hsa-emu",
+    )?;
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let built = target.join("release/libtilegen_hsa_emu.so");
+    let installed = dir.join("libhsa-runtime64.so.1");
+    let temp = dir.join(format!(".libhsa-runtime64.so.1.{}", std::process::id()));
+    fs::copy(&built, &temp)
+        .map_err(|e| format!("copying {} to {}: {e}", built.display(), temp.display()))?;
+    fs::rename(&temp, &installed).map_err(|e| {
+        let _ = fs::remove_file(&temp);
+        format!(
+            "renaming {} to {}: {e}",
+            temp.display(),
+            installed.display()
+        )
+    })?;
+    step(&format!(
+        "installed {}; run HSA programs with LD_LIBRARY_PATH={}",
+        installed.display(),
+        dir.display()
+    ));
     Ok(())
 }
 
