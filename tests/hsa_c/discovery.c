@@ -123,6 +123,20 @@ static void gpu_checks(hsa_agent_t gpu) {
   CHECK_OK("gpu MEMORY_PROPERTIES",
            hsa_agent_get_info(gpu, (hsa_agent_info_t)AGENT_MEMORY_PROPERTIES, props));
   CHECK("gpu is not an APU", (props[0] & 1) == 0, "%#x", props[0]);
+  CHECK_OK("gpu MEMORY_MAX_FREQUENCY",
+           hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_MEMORY_MAX_FREQUENCY, &u));
+  CHECK("gpu memory clock is 2000 MHz", u == 2000, "%u", u);
+  CHECK_OK("gpu DOMAIN", hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_DOMAIN, &u));
+  b = true;
+  CHECK_OK("gpu COOPERATIVE_QUEUES",
+           hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES, &b));
+  CHECK("gpu offers no cooperative queues", !b, "true");
+  hsa_amd_hdp_flush_t hdp = {NULL, NULL};
+  CHECK_OK("gpu HDP_FLUSH", hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_HDP_FLUSH, &hdp));
+  CHECK("gpu HDP flush controls are writable words", hdp.HDP_MEM_FLUSH_CNTL && hdp.HDP_REG_FLUSH_CNTL,
+        "null");
+  if (hdp.HDP_MEM_FLUSH_CNTL)
+    *hdp.HDP_MEM_FLUSH_CNTL = 1;
   CHECK_OK("gpu COMPUTE_UNIT_COUNT",
            hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, &u));
   CHECK("gpu has 256 CUs", u == 256, "%u", u);

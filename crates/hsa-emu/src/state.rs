@@ -221,6 +221,9 @@ const SHADER_ENGINES_PER_XCD: u32 = 4;
 const MI355X_DEVICE_ID: u32 = 0x75A3;
 /// HBM3E interface width of an MI355X in bits: 8 stacks of 1024.
 const GPU_MEMORY_WIDTH: u32 = 8 * 1024;
+/// The HBM3E memory clock in MHz as the driver reports it: the MI355X's 8 Gbps per pin is
+/// four transfers per clock.
+const GPU_MEMORY_CLOCK_MHZ: u32 = 2000;
 /// Watch points per gfx9 agent (ROCr: `1 << WatchPointsTotalBits`, 2 bits on gfx9).
 const GPU_WATCH_POINTS: u32 = 4;
 /// FBARRIER_MAX_SIZE (ROCr's GPU agent: 32).
@@ -240,6 +243,18 @@ fn cpu_name() -> &'static str {
             })
             .unwrap_or_else(|| "CPU".to_string())
     })
+}
+
+/// The HDP flush control words `HSA_AMD_AGENT_INFO_HDP_FLUSH` hands out.
+fn hdp_flush() -> [*const u32; 2] {
+    static WORDS: [std::sync::atomic::AtomicU32; 2] = [
+        std::sync::atomic::AtomicU32::new(0),
+        std::sync::atomic::AtomicU32::new(0),
+    ];
+    [
+        WORDS[0].as_ptr().cast_const(),
+        WORDS[1].as_ptr().cast_const(),
+    ]
 }
 
 /// A NUL-padded `char[N]`.
@@ -343,8 +358,9 @@ pub(crate) unsafe fn agent_info(
             0xA005 => put::<u32>(value, g(GPU_WATCH_POINTS)),
             // HSA_AMD_AGENT_INFO_BDFID: an emulated device sits on no PCI bus.
             0xA006 => put::<u32>(value, 0),
-            // HSA_AMD_AGENT_INFO_MEMORY_WIDTH.
+            // HSA_AMD_AGENT_INFO_MEMORY_WIDTH, _MEMORY_MAX_FREQUENCY.
             0xA007 => put::<u32>(value, g(GPU_MEMORY_WIDTH)),
+            0xA008 => put::<u32>(value, g(GPU_MEMORY_CLOCK_MHZ)),
             sys::AMD_AGENT_INFO_PRODUCT_NAME => put_name(
                 value,
                 if gpu {
@@ -362,6 +378,15 @@ pub(crate) unsafe fn agent_info(
             // HSA_AMD_AGENT_INFO_NUM_SHADER_ENGINES, _NUM_SHADER_ARRAYS_PER_SE.
             0xA00C => put::<u32>(value, g(tilegen_arch::XCDS * SHADER_ENGINES_PER_XCD)),
             0xA00D => put::<u32>(value, g(1)),
+            // HSA_AMD_AGENT_INFO_HDP_FLUSH (hsa_amd_hdp_flush_t: the memory and register flush
+            // controls): two words of host memory; the emulator reconciles host-visible memory
+            // at dispatch boundaries, so there is nothing for a write to them to flush.
+            0xA00E if gpu => put::<[*const u32; 2]>(value, hdp_flush()),
+            // HSA_AMD_AGENT_INFO_DOMAIN: the PCI domain.
+            0xA00F => put::<u32>(value, 0),
+            // HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES: cooperative queues (HSA_QUEUE_TYPE_COOPERATIVE)
+            // are not created here.
+            0xA010 => put::<bool>(value, false),
             // HSA_AMD_AGENT_INFO_UUID: char[21]; ROCr writes "GPU-XX" for a device without a
             // unique ID (an emulated one) and "CPU-XX" for the CPU.
             0xA011 => put::<[u8; 21]>(value, chars(if gpu { "GPU-XX" } else { "CPU-XX" })),
