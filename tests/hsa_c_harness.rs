@@ -8,6 +8,11 @@
 //! version node: no "no version information available"), and against Debian's ROCr, whose
 //! hsa_init fails without a GPU driver (0x1008) and which answers the calls made before it
 //! with the same statuses.
+//!
+//! A HIP program (tests/hsa_c/hip_module.c) runs on Debian's HIP 5.2 over tilegen's library:
+//! HIP starts the HSA runtime and queries the agent, its pools and its ISA, and then refuses
+//! gfx950 by its own ISA table (rocclr's `amd::Isa::findIsa`, during hipGetDeviceCount), which
+//! its log names; a HIP that knows gfx950 must instead run the module to correct results.
 
 mod hsa_common;
 
@@ -19,6 +24,8 @@ use hsa_common::{DEBIAN_HSA, emulated_hsa};
 use tilegen_testkit::llvm::{lld, llvm_mc, require_tool};
 
 const PROGRAMS: &[&str] = &["discovery", "dispatch", "misuse"];
+/// Debian's HIP runtime (libamdhip64-5).
+const HIP_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5";
 /// HSA_STATUS_ERROR_OUT_OF_RESOURCES: Debian's ROCr's hsa_init on a machine without a GPU.
 const ROCR_WITHOUT_GPU: &str = "0x1008";
 
@@ -88,6 +95,10 @@ fn code_object(dir: &Path, version: u32) -> PathBuf {
 
 /// Compiles a program against ROCm's headers, linked with ROCr's library as clients link.
 fn compile(dir: &Path, name: &str) -> PathBuf {
+    compile_with(dir, name, "-lhsa-runtime64")
+}
+
+fn compile_with(dir: &Path, name: &str, library: &str) -> PathBuf {
     assert!(
         Path::new("/usr/include/hsa/hsa.h").exists(),
         "ROCm's HSA headers are missing: install libhsa-runtime-dev (run `cargo xtask setup`)"
@@ -101,7 +112,7 @@ fn compile(dir: &Path, name: &str) -> PathBuf {
             .arg(sources().join(format!("{name}.c")))
             .arg("-o")
             .arg(&exe)
-            .arg("-lhsa-runtime64"),
+            .arg(library),
         &format!("cc {name}.c"),
     );
     exe
@@ -157,6 +168,16 @@ fn verdict(out: &Output) -> Verdict {
     }
 }
 
+/// tilegen's library under ROCr's name, in a directory of its own (for LD_LIBRARY_PATH).
+fn library_dir(dir: &Path) -> PathBuf {
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib).expect("creating the library directory");
+    let rocr_name = lib.join("libhsa-runtime64.so.1");
+    let _ = std::fs::remove_file(&rocr_name);
+    std::os::unix::fs::symlink(emulated_hsa(), &rocr_name).expect("linking the library");
+    lib
+}
+
 #[test]
 fn c_clients_run_on_tilegens_library_and_meet_rocrs_statuses_on_debians() {
     require_tool(&llvm_mc());
@@ -165,14 +186,10 @@ fn c_clients_run_on_tilegens_library_and_meet_rocrs_statuses_on_debians() {
         Path::new(DEBIAN_HSA).exists(),
         "{DEBIAN_HSA} is missing: run `cargo xtask setup`"
     );
-    let dir = scratch();
+    let dir = scratch().join("c");
+    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
     let (v5, v4) = (code_object(&dir, 5), code_object(&dir, 4));
-    // tilegen's library under ROCr's name, in a directory of its own.
-    let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).expect("creating the library directory");
-    let rocr_name = lib.join("libhsa-runtime64.so.1");
-    let _ = std::fs::remove_file(&rocr_name);
-    std::os::unix::fs::symlink(emulated_hsa(), &rocr_name).expect("linking the library");
+    let lib = library_dir(&dir);
     let mut summary = Vec::new();
     for name in PROGRAMS {
         let exe = compile(&dir, name);
@@ -236,5 +253,55 @@ fn c_clients_run_on_tilegens_library_and_meet_rocrs_statuses_on_debians() {
         ));
     }
     eprintln!("{}", summary.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn hip_starts_on_tilegens_library_and_refuses_gfx950_by_its_own_isa_table() {
+    require_tool(&llvm_mc());
+    require_tool(&lld());
+    assert!(
+        Path::new(HIP_LIBRARY).exists(),
+        "{HIP_LIBRARY} is missing: run `cargo xtask setup`"
+    );
+    let dir = scratch().join("hip");
+    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+    let co = code_object(&dir, 5);
+    let lib = library_dir(&dir);
+    let exe = compile_with(&dir, "hip_module", "-l:libamdhip64.so.5");
+    let out = run(
+        Command::new(&exe)
+            .arg(&co)
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("AMD_LOG_LEVEL", "1"),
+        Duration::from_secs(300),
+    );
+    let v = verdict(&out);
+    assert!(
+        !v.text.contains("no version information available"),
+        "HIP's libhsa-runtime64.so.1 import found no ROCR_1 version node:\n{}",
+        v.text
+    );
+    match out.status.code() {
+        // HIP 5.2: every HSA query before its ISA table succeeded, so the first error it logs is
+        // the table's refusal, of the ISA name ROCr gives an MI355X.
+        Some(3) => {
+            let first_error = v.text.lines().find(|l| l.starts_with(":1:")).unwrap_or("");
+            assert!(
+                first_error.ends_with(
+                    "Unsupported HSA device gfx950 (PCI ID 75a3) for ISA amdgcn-amd-amdhsa--gfx950:sramecc+:xnack-"
+                ),
+                "HIP failed before its ISA table:\n{}",
+                v.text
+            );
+            eprintln!("HIP refuses gfx950 at its ISA table: {first_error}");
+        }
+        _ => assert!(
+            out.status.success() && v.failed.is_empty() && v.passed >= 8,
+            "HIP knows gfx950 but the module did not run ({}):\n{}",
+            out.status,
+            v.text
+        ),
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -156,10 +156,15 @@ fn setup_slurm() -> Result<()> {
 
 /// Debian's HSA runtime (ROCm 5.2), which HsaDevice's tests load: it has no gfx950 support
 /// and, without a GPU driver, its `hsa_init` fails, as it does for a user without one. Its
-/// headers (and the `libhsa-runtime64.so` link name) build the C programs of the HSA harness.
+/// headers (and the `libhsa-runtime64.so` link name) build the C programs of the HSA harness,
+/// and Debian's HIP 5.2 runs one of them over tilegen's HSA library.
 const HSA_PACKAGES: &[(&str, &str)] = &[
     ("libhsa-runtime64-1", HSA_LIBRARY),
     ("libhsa-runtime-dev", "/usr/include/hsa/hsa.h"),
+    (
+        "libamdhip64-5",
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
+    ),
 ];
 const HSA_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1";
 
