@@ -457,23 +457,31 @@ impl ListSchedule {
     }
 
     /// Whether the survey's counts change the grid's schedule: with each workgroup lasting
-    /// its wave-instruction count, the list schedule of the whole grid and the sampled
-    /// rounds' extrapolation (`(rounds - 1)` times the longest workgroup of XCD 0's first
-    /// round plus the longest of its last) differ by more than `threshold`. Classes that do
-    /// not are left to the rounds, whose error is of that order anyway.
+    /// its wave-instruction count, the list schedule of the whole grid and the rounds of XCD
+    /// 0 repeating its first round's longest workgroup (a partial last round taking its own
+    /// longest) differ by more than `threshold`. Classes that do not are left to the rounds,
+    /// whose error is of that order anyway. Every further round is compared with the first,
+    /// as every extrapolation of rounds repeats one (the warm rounds the second's increment):
+    /// a last full round of blocks that exit at once (past the valid rows of a sorted MoE
+    /// batch) counts as a full round of work there, which is what the classes correct.
     pub(crate) fn matters(&self, survey: &Survey, threshold: f64) -> bool {
         let sig = &survey.signatures;
         let total = sig.len() as u64;
         let count = |i: u64| sig[i as usize].instructions;
         let n0 = total.div_ceil(self.xcds.max(1));
-        let rounds = n0.div_ceil(self.slots.max(1)).max(1);
+        let slots = self.slots.max(1);
+        let rounds = n0.div_ceil(slots).max(1);
         let longest = |r: u64| {
-            (r * self.slots..((r + 1) * self.slots).min(n0))
+            (r * slots..((r + 1) * slots).min(n0))
                 .map(|kk| count(kk * self.xcds))
                 .max()
                 .unwrap_or(0)
         };
-        let rounds_say = (rounds - 1) * longest(0) + longest(rounds - 1);
+        let rounds_say = if n0 % slots == 0 {
+            rounds * longest(0)
+        } else {
+            (rounds - 1) * longest(0) + longest(rounds - 1)
+        };
         let schedule_says = self.end(total, |i| (count(i), 0));
         (schedule_says as f64 - rounds_say as f64).abs() > threshold * rounds_say.max(1) as f64
     }
@@ -585,5 +593,25 @@ mod tests {
         assert!(!l.matters(&s, 0.1));
         s.signatures[5].instructions = 1200;
         assert!(l.matters(&s, 0.1));
+    }
+
+    #[test]
+    fn full_rounds_that_do_no_work_matter() {
+        // 2 XCDs of 8 slots, 4 full rounds each; the last round of each XCD (its workgroups
+        // 24..32, grid indices 48..64) exits at once, as blocks past a sorted batch's valid
+        // rows do.
+        let mut s = survey(&[(true, 100); 64]);
+        for sig in &mut s.signatures[48..] {
+            sig.instructions = 2;
+        }
+        let l = ListSchedule { xcds: 2, slots: 8 };
+        // Both ways of extrapolating rounds count the empty round as a full one.
+        assert!(l.matters(&s, 0.1));
+        // A partial last round is simulated as it is, so an empty one there does not matter.
+        let mut s = survey(&[(true, 100); 56]);
+        for sig in &mut s.signatures[52..] {
+            sig.instructions = 2;
+        }
+        assert!(!l.matters(&s, 0.1));
     }
 }
