@@ -822,3 +822,83 @@ pub(crate) unsafe fn fill(rt: &Runtime, ptr: u64, value: u32, count: usize) -> S
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_brings_back_only_the_words_the_kernel_changed() {
+        let mut memory = DeviceMemory::with_limit(1 << 20);
+        let agent = memory.alloc(64).unwrap();
+        let mut host = vec![7u64; 8];
+        let mut mirrors = Mirrors::default();
+        mirrors.by_agent.insert(
+            agent,
+            Mirror {
+                host: host.as_mut_ptr() as usize,
+                size: 64,
+                pool: None,
+            },
+        );
+        let snapshot = mirrors.before_dispatch(&memory);
+        assert_eq!(
+            memory.read_u64(agent + 8).unwrap(),
+            7,
+            "the kernel sees host memory"
+        );
+        // The kernel writes word 1; meanwhile the host writes word 3.
+        memory.write(agent + 8, &42u64.to_le_bytes()).unwrap();
+        host[3] = 99;
+        mirrors.after_dispatch(&memory, snapshot);
+        assert_eq!(host, [7, 42, 7, 99, 7, 7, 7, 7]);
+    }
+
+    #[test]
+    fn pool_access_follows_rocr() {
+        let by = |handle: u64| find_pool(handle).unwrap();
+        let system = by(KERNARG_POOL.handle);
+        let device = by(DEVICE_POOL.handle);
+        let group = POOLS[5];
+        assert_eq!(access(CPU_AGENT, &system), ALLOWED_BY_DEFAULT);
+        assert_eq!(access(GPU_AGENT, &system), DISALLOWED_BY_DEFAULT);
+        assert_eq!(access(GPU_AGENT, &device), ALLOWED_BY_DEFAULT);
+        assert_eq!(access(CPU_AGENT, &device), DISALLOWED_BY_DEFAULT);
+        assert_eq!(access(CPU_AGENT, &group), NEVER_ALLOWED);
+        assert_eq!(group.backing, Backing::Group);
+    }
+
+    #[test]
+    fn the_gpu_lists_the_system_regions_after_its_own() {
+        let gpu: Vec<u64> = agent_regions(GPU_AGENT)
+            .unwrap()
+            .iter()
+            .map(|p| p.handle.handle)
+            .collect();
+        let cpu: Vec<u64> = agent_regions(CPU_AGENT)
+            .unwrap()
+            .iter()
+            .map(|p| p.handle.handle)
+            .collect();
+        assert_eq!(gpu.len(), 6);
+        assert_eq!(&gpu[3..], &cpu[..]);
+        assert!(agent_pools(sys::Agent { handle: 9 }).is_err());
+    }
+
+    #[test]
+    fn host_pages_are_mapped_only_where_nothing_is() {
+        // A heap address of this process is taken: the mapping is refused, not replaced.
+        let taken = Box::new([0u8; 8192]);
+        let page = (taken.as_ptr() as u64).next_multiple_of(GRANULE as u64);
+        assert!(map_at(page, GRANULE).is_err());
+        // A free address is mapped there, zeroed and writable.
+        let free = 0x0000_3000_0000_0000u64;
+        map_at(free, GRANULE).unwrap();
+        // SAFETY: mapped just above, GRANULE bytes.
+        unsafe {
+            assert_eq!((free as *const u8).read(), 0);
+            (free as *mut u8).write(5);
+        }
+        unmap(free, GRANULE);
+    }
+}
