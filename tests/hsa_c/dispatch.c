@@ -282,6 +282,144 @@ static void gpu_fine_memory(struct ctx *c, uint64_t object) {
   hsa_amd_memory_pool_free(out);
 }
 
+typedef void (*signal_op)(hsa_signal_t, hsa_signal_value_t);
+typedef hsa_signal_value_t (*signal_swap)(hsa_signal_t, hsa_signal_value_t);
+typedef hsa_signal_value_t (*signal_cas)(hsa_signal_t, hsa_signal_value_t, hsa_signal_value_t);
+typedef uint64_t (*queue_add)(const hsa_queue_t *, uint64_t);
+typedef uint64_t (*queue_cas)(const hsa_queue_t *, uint64_t, uint64_t);
+typedef uint64_t (*queue_load)(const hsa_queue_t *);
+
+/* Every memory-order variant of the signal and queue-index operations, each applied once. */
+static void memory_order_variants(void) {
+  struct {
+    const char *name;
+    signal_op op;
+    hsa_signal_value_t start, operand, want;
+  } ops[] = {
+      {"hsa_signal_add_scacq_screl", hsa_signal_add_scacq_screl, 1, 2, 3},
+      {"hsa_signal_add_scacquire", hsa_signal_add_scacquire, 1, 2, 3},
+      {"hsa_signal_add_screlease", hsa_signal_add_screlease, 1, 2, 3},
+      {"hsa_signal_add_acq_rel", hsa_signal_add_acq_rel, 1, 2, 3},
+      {"hsa_signal_add_acquire", hsa_signal_add_acquire, 1, 2, 3},
+      {"hsa_signal_add_release", hsa_signal_add_release, 1, 2, 3},
+      {"hsa_signal_subtract_scacq_screl", hsa_signal_subtract_scacq_screl, 5, 2, 3},
+      {"hsa_signal_subtract_scacquire", hsa_signal_subtract_scacquire, 5, 2, 3},
+      {"hsa_signal_subtract_screlease", hsa_signal_subtract_screlease, 5, 2, 3},
+      {"hsa_signal_subtract_acq_rel", hsa_signal_subtract_acq_rel, 5, 2, 3},
+      {"hsa_signal_subtract_acquire", hsa_signal_subtract_acquire, 5, 2, 3},
+      {"hsa_signal_subtract_release", hsa_signal_subtract_release, 5, 2, 3},
+      {"hsa_signal_and_scacq_screl", hsa_signal_and_scacq_screl, 6, 3, 2},
+      {"hsa_signal_and_scacquire", hsa_signal_and_scacquire, 6, 3, 2},
+      {"hsa_signal_and_screlease", hsa_signal_and_screlease, 6, 3, 2},
+      {"hsa_signal_or_relaxed", hsa_signal_or_relaxed, 4, 1, 5},
+      {"hsa_signal_or_scacquire", hsa_signal_or_scacquire, 4, 1, 5},
+      {"hsa_signal_or_screlease", hsa_signal_or_screlease, 4, 1, 5},
+      {"hsa_signal_xor_relaxed", hsa_signal_xor_relaxed, 6, 3, 5},
+      {"hsa_signal_xor_scacq_screl", hsa_signal_xor_scacq_screl, 6, 3, 5},
+      {"hsa_signal_xor_scacquire", hsa_signal_xor_scacquire, 6, 3, 5},
+      {"hsa_signal_silent_store_screlease", hsa_signal_silent_store_screlease, 0, 7, 7},
+      {"hsa_signal_store_release", hsa_signal_store_release, 0, 7, 7},
+  };
+  struct {
+    const char *name;
+    signal_swap op;
+  } swaps[] = {
+      {"hsa_signal_exchange_relaxed", hsa_signal_exchange_relaxed},
+      {"hsa_signal_exchange_scacquire", hsa_signal_exchange_scacquire},
+      {"hsa_signal_exchange_screlease", hsa_signal_exchange_screlease},
+      {"hsa_signal_exchange_acq_rel", hsa_signal_exchange_acq_rel},
+      {"hsa_signal_exchange_acquire", hsa_signal_exchange_acquire},
+      {"hsa_signal_exchange_release", hsa_signal_exchange_release},
+  };
+  struct {
+    const char *name;
+    signal_cas op;
+  } cases[] = {
+      {"hsa_signal_cas_relaxed", hsa_signal_cas_relaxed},
+      {"hsa_signal_cas_scacquire", hsa_signal_cas_scacquire},
+      {"hsa_signal_cas_screlease", hsa_signal_cas_screlease},
+      {"hsa_signal_cas_acq_rel", hsa_signal_cas_acq_rel},
+      {"hsa_signal_cas_acquire", hsa_signal_cas_acquire},
+      {"hsa_signal_cas_release", hsa_signal_cas_release},
+  };
+  hsa_signal_t s;
+  hsa_signal_create(0, 0, NULL, &s);
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    hsa_signal_store_relaxed(s, ops[i].start);
+    ops[i].op(s, ops[i].operand);
+    hsa_signal_value_t v = hsa_signal_load_acquire(s);
+    CHECK(ops[i].name, v == ops[i].want, "%ld", (long)v);
+  }
+  for (size_t i = 0; i < sizeof swaps / sizeof swaps[0]; i++) {
+    hsa_signal_store_relaxed(s, 11);
+    hsa_signal_value_t old = swaps[i].op(s, 12);
+    CHECK(swaps[i].name, old == 11 && hsa_signal_load_relaxed(s) == 12, "old %ld", (long)old);
+  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    hsa_signal_store_relaxed(s, 21);
+    hsa_signal_value_t old = cases[i].op(s, 21, 22);
+    CHECK(cases[i].name, old == 21 && hsa_signal_load_relaxed(s) == 22, "old %ld", (long)old);
+  }
+  hsa_signal_store_relaxed(s, 3);
+  CHECK("hsa_signal_wait_relaxed", hsa_signal_wait_relaxed(s, HSA_SIGNAL_CONDITION_GTE, 3, UINT64_MAX,
+                                                           HSA_WAIT_STATE_ACTIVE) == 3,
+        "wrong value");
+  hsa_signal_destroy(s);
+
+  /* Queue indices, on a queue of their own (no packets are published). */
+  struct agents a = {0};
+  hsa_iterate_agents(find_agent, &a);
+  hsa_queue_t *q = NULL;
+  hsa_queue_create(a.gpu, 64, HSA_QUEUE_TYPE_MULTI, NULL, NULL, UINT32_MAX, UINT32_MAX, &q);
+  struct {
+    const char *name;
+    queue_add op;
+  } adds[] = {
+      {"hsa_queue_add_write_index_scacq_screl", hsa_queue_add_write_index_scacq_screl},
+      {"hsa_queue_add_write_index_scacquire", hsa_queue_add_write_index_scacquire},
+      {"hsa_queue_add_write_index_relaxed", hsa_queue_add_write_index_relaxed},
+      {"hsa_queue_add_write_index_acq_rel", hsa_queue_add_write_index_acq_rel},
+      {"hsa_queue_add_write_index_acquire", hsa_queue_add_write_index_acquire},
+      {"hsa_queue_add_write_index_release", hsa_queue_add_write_index_release},
+  };
+  struct {
+    const char *name;
+    queue_cas op;
+  } swaps_q[] = {
+      {"hsa_queue_cas_write_index_scacquire", hsa_queue_cas_write_index_scacquire},
+      {"hsa_queue_cas_write_index_screlease", hsa_queue_cas_write_index_screlease},
+      {"hsa_queue_cas_write_index_acq_rel", hsa_queue_cas_write_index_acq_rel},
+      {"hsa_queue_cas_write_index_acquire", hsa_queue_cas_write_index_acquire},
+      {"hsa_queue_cas_write_index_release", hsa_queue_cas_write_index_release},
+  };
+  struct {
+    const char *name;
+    queue_load op;
+  } loads[] = {
+      {"hsa_queue_load_write_index_acquire", hsa_queue_load_write_index_acquire},
+      {"hsa_queue_load_read_index_scacquire", hsa_queue_load_read_index_scacquire},
+      {"hsa_queue_load_read_index_relaxed", hsa_queue_load_read_index_relaxed},
+      {"hsa_queue_load_read_index_acquire", hsa_queue_load_read_index_acquire},
+  };
+  uint64_t index = 0;
+  for (size_t i = 0; i < sizeof adds / sizeof adds[0]; i++, index += 2) {
+    uint64_t old = adds[i].op(q, 2);
+    CHECK(adds[i].name, old == index, "%lu, expected %lu", (unsigned long)old, (unsigned long)index);
+  }
+  for (size_t i = 0; i < sizeof swaps_q / sizeof swaps_q[0]; i++, index++) {
+    uint64_t old = swaps_q[i].op(q, index, index + 1);
+    CHECK(swaps_q[i].name, old == index, "%lu", (unsigned long)old);
+  }
+  hsa_queue_store_write_index_release(q, 40);
+  CHECK("hsa_queue_store_write_index_release", loads[0].op(q) == 40, "%lu",
+        (unsigned long)loads[0].op(q));
+  for (size_t i = 1; i < sizeof loads / sizeof loads[0]; i++)
+    CHECK(loads[i].name, loads[i].op(q) == 0, "read index %lu", (unsigned long)loads[i].op(q));
+  /* Publish nothing past the read index: put the write index back before destroying. */
+  hsa_queue_store_write_index_relaxed(q, 0);
+  hsa_queue_destroy(q);
+}
+
 static int handled;
 
 static bool on_signal(hsa_signal_value_t value, void *arg) {
@@ -317,6 +455,87 @@ static void signal_checks(void) {
     usleep(10000);
   CHECK("the async handler runs when the condition holds", handled, "not called in 5 s");
   CHECK_OK("hsa_signal_destroy", hsa_signal_destroy(s));
+  memory_order_variants();
+}
+
+/* The rest of the surface: rectangular copies, coherency, registration, legacy queries,
+ * global variables, memory assignment, signal bit operations and write-index swaps. */
+static void surface_checks(struct ctx *c, uint64_t object) {
+  (void)object;
+  enum { W = 16, H = 4 };
+  uint32_t *host = NULL, *dev = NULL;
+  hsa_amd_memory_pool_allocate(c->sys_fine, W * H * 4, 0, (void **)&host);
+  hsa_amd_memory_pool_allocate(c->gpu_coarse, W * H * 4, 0, (void **)&dev);
+  for (int i = 0; i < W * H; i++)
+    host[i] = (uint32_t)i;
+  hsa_pitched_ptr_t src = {host, W * 4, W * H * 4}, dst = {dev, W * 4, W * H * 4};
+  hsa_dim3_t origin = {0, 0, 0}, range = {W * 4, H, 1};
+  hsa_signal_t done;
+  hsa_signal_create(1, 0, NULL, &done);
+  CHECK_OK("hsa_amd_memory_async_copy_rect to the device",
+           hsa_amd_memory_async_copy_rect(&dst, &origin, &src, &origin, &range, c->a.gpu,
+                                          hsaHostToDevice, 0, NULL, done));
+  hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0, UINT64_MAX, HSA_WAIT_STATE_BLOCKED);
+  /* Back: the middle two rows, columns 4..11, into a zeroed host buffer. */
+  memset(host, 0, W * H * 4);
+  hsa_dim3_t at = {4 * 4, 1, 0}, part = {8 * 4, 2, 1};
+  hsa_signal_store_relaxed(done, 1);
+  hsa_pitched_ptr_t back_src = {dev, W * 4, W * H * 4}, back_dst = {host, W * 4, W * H * 4};
+  CHECK_OK("hsa_amd_memory_async_copy_rect of a sub-rectangle",
+           hsa_amd_memory_async_copy_rect(&back_dst, &at, &back_src, &at, &part, c->a.gpu,
+                                          hsaDeviceToHost, 0, NULL, done));
+  hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_EQ, 0, UINT64_MAX, HSA_WAIT_STATE_BLOCKED);
+  CHECK("the sub-rectangle and nothing else came back",
+        host[1 * W + 4] == 1 * W + 4 && host[2 * W + 11] == 2 * W + 11 && host[1 * W + 3] == 0 &&
+            host[3 * W + 4] == 0 && host[0] == 0,
+        "%u %u %u %u", host[1 * W + 4], host[2 * W + 11], host[1 * W + 3], host[3 * W + 4]);
+  hsa_signal_destroy(done);
+  CHECK_OK("hsa_amd_coherency_set_type",
+           hsa_amd_coherency_set_type(c->a.gpu, HSA_AMD_COHERENCY_TYPE_COHERENT));
+  static char plain[4096];
+  CHECK_OK("hsa_memory_register", hsa_memory_register(plain, sizeof plain));
+  CHECK_OK("hsa_memory_deregister", hsa_memory_deregister(plain, sizeof plain));
+  CHECK_OK("hsa_memory_assign_agent", hsa_memory_assign_agent(host, c->a.gpu, HSA_ACCESS_PERMISSION_RW));
+  hsa_isa_t isa;
+  uint32_t wave = 0;
+  hsa_agent_get_info(c->a.gpu, HSA_AGENT_INFO_ISA, &isa);
+  CHECK_OK("hsa_isa_get_info (deprecated)",
+           hsa_isa_get_info(isa, HSA_ISA_INFO_CALL_CONVENTION_INFO_WAVEFRONT_SIZE, 0, &wave));
+  CHECK("the call convention's wavefront is 64", wave == 64, "%u", wave);
+  hsa_amd_memory_pool_link_info_t link;
+  memset(&link, 0xff, sizeof link);
+  CHECK_OK("LINK_INFO of system memory from the gpu",
+           hsa_amd_agent_memory_pool_get_info(c->a.gpu, c->sys_fine,
+                                              HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO, &link));
+  CHECK("the link is PCIe with atomics", link.link_type == HSA_AMD_LINK_INFO_TYPE_PCIE &&
+                                             link.atomic_support_64bit,
+        "type %d", link.link_type);
+  hsa_executable_t exe;
+  hsa_executable_create_alt(HSA_PROFILE_BASE, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, NULL, &exe);
+  CHECK_STATUS("defining a global no code object declares",
+               hsa_executable_agent_global_variable_define(exe, c->a.gpu, "missing", plain),
+               HSA_STATUS_ERROR_INVALID_SYMBOL_NAME);
+  hsa_executable_destroy(exe);
+  hsa_signal_t s;
+  hsa_signal_create(0xf0, 0, NULL, &s);
+  hsa_signal_and_relaxed(s, 0x3c);
+  hsa_signal_or_scacq_screl(s, 0x1);
+  hsa_signal_xor_screlease(s, 0xff);
+  CHECK("hsa_signal_and, _or and _xor", hsa_signal_load_relaxed(s) == (((0xf0 & 0x3c) | 1) ^ 0xff),
+        "%#lx", (long)hsa_signal_load_relaxed(s));
+  hsa_signal_destroy(s);
+  uint64_t w = hsa_queue_load_write_index_scacquire(c->queue);
+  CHECK("hsa_queue_cas_write_index_scacq_screl swaps an expected index",
+        hsa_queue_cas_write_index_scacq_screl(c->queue, w, w) == w, "index moved");
+  CHECK("and refuses an unexpected one", hsa_queue_cas_write_index_relaxed(c->queue, w + 5, w + 9) == w,
+        "swapped");
+  bool b = true;
+  uint16_t minor = 0;
+  CHECK_OK("hsa_system_major_extension_supported",
+           hsa_system_major_extension_supported(HSA_EXTENSION_AMD_PROFILER, 1, &minor, &b));
+  CHECK("no major extension is offered", !b, "supported");
+  hsa_amd_memory_pool_free(host);
+  hsa_amd_memory_pool_free(dev);
 }
 
 int main(int argc, char **argv) {
@@ -365,6 +584,7 @@ int main(int argc, char **argv) {
   CHECK("the code object v4 kernel runs", v4 && run(&c, v4, in, out, 0) && scaled(in, out),
         "wrong results");
   signal_checks();
+  surface_checks(&c, v5);
   CHECK_OK("hsa_queue_destroy", hsa_queue_destroy(c.queue));
   CHECK_OK("hsa_shut_down", hsa_shut_down());
   return finish();

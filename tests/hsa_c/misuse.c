@@ -85,6 +85,46 @@ int main(void) {
   void *iptr = NULL;
   CHECK_STATUS("graphics interop", hsa_amd_interop_map_buffer(1, &a.gpu, 3, 0, &isize, &iptr, NULL, NULL),
                HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS("IPC attach", hsa_amd_ipc_memory_attach(&ipc, 4096, 1, &a.gpu, &iptr), HSA_STATUS_ERROR);
+  CHECK_STATUS("IPC detach of memory never attached", hsa_amd_ipc_memory_detach(buf),
+               HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS("SVM attributes set", hsa_amd_svm_attributes_set(buf, 4096, &attr, 1), HSA_STATUS_ERROR);
+  hsa_signal_t done;
+  hsa_signal_create(1, 0, NULL, &done);
+  CHECK_STATUS("SVM prefetch", hsa_amd_svm_prefetch_async(buf, 4096, a.gpu, 0, NULL, done),
+               HSA_STATUS_ERROR);
+  hsa_signal_destroy(done);
+  CHECK_STATUS("graphics interop unmap", hsa_amd_interop_unmap_buffer(buf),
+               HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS("an image with a layout",
+               hsa_ext_image_create_with_layout(a.gpu, &desc, buf, HSA_ACCESS_PERMISSION_RW,
+                                                HSA_EXT_IMAGE_DATA_LAYOUT_LINEAR, 0, 0, &image),
+               HSA_EXT_STATUS_ERROR_IMAGE_FORMAT_UNSUPPORTED);
+  hsa_ext_image_data_info_t image_info;
+  CHECK_STATUS("image data info",
+               hsa_ext_image_data_get_info(a.gpu, &desc, HSA_ACCESS_PERMISSION_RW, &image_info),
+               HSA_EXT_STATUS_ERROR_IMAGE_FORMAT_UNSUPPORTED);
+  hsa_amd_image_descriptor_t layout;
+  memset(&layout, 0, sizeof layout);
+  CHECK_STATUS("an AMD image",
+               hsa_amd_image_create(a.gpu, &desc, &layout, buf, HSA_ACCESS_PERMISSION_RW, &image),
+               HSA_EXT_STATUS_ERROR_IMAGE_FORMAT_UNSUPPORTED);
+  image.handle = 1;
+  hsa_ext_image_region_t region;
+  memset(&region, 0, sizeof region);
+  CHECK_STATUS("destroying an image that cannot exist", hsa_ext_image_destroy(a.gpu, image),
+               HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS("exporting an image that cannot exist",
+               hsa_ext_image_export(a.gpu, image, buf, 0, 0, &region), HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS("importing into an image that cannot exist",
+               hsa_ext_image_import(a.gpu, buf, 0, 0, image, &region), HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  sampler.handle = 1;
+  CHECK_STATUS("destroying a sampler that cannot exist", hsa_ext_sampler_destroy(a.gpu, sampler),
+               HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  void *table[8];
+  CHECK("the deprecated extension table call refuses too",
+        hsa_system_get_extension_table(HSA_EXTENSION_AMD_LOADER, 1, 0, table) != HSA_STATUS_SUCCESS,
+        "success");
   hsa_amd_memory_pool_free(buf);
   CHECK_STATUS("memory freed twice", hsa_amd_memory_pool_free(buf), HSA_STATUS_ERROR_INVALID_ARGUMENT);
   const char *text = NULL;

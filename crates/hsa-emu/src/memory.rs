@@ -309,13 +309,13 @@ pub(crate) unsafe fn agent_pool_info(
             // HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO: hsa_amd_memory_pool_link_info_t
             // (latencies and bandwidths, three bools, the link type, the NUMA distance):
             // zero without a hop, as ROCr; with one, a PCIe link (HSA_AMD_LINK_INFO_TYPE_PCIE
-            // = 1) with 32- and 64-bit atomics, whose latency and bandwidth are not modelled.
+            // = 2) with 32- and 64-bit atomics, whose latency and bandwidth are not modelled.
             2 => {
                 let mut info = [0u8; 28];
                 if hops > 0 {
                     info[16] = 1;
                     info[17] = 1;
-                    info[20..24].copy_from_slice(&1u32.to_le_bytes());
+                    info[20..24].copy_from_slice(&2u32.to_le_bytes());
                 }
                 put(value, info)
             }
