@@ -7,16 +7,19 @@
 //!   allocation is an emulator allocation *and* host pages mapped at the same address
 //!   (`mmap` with `MAP_FIXED_NOREPLACE` at the emulator's base), so the pointer the
 //!   application holds is the pointer a kernel uses. The two copies are reconciled around
-//!   every dispatch ([`Mirrors::before_dispatch`], [`Mirrors::after_dispatch`]): the host
-//!   bytes are copied into the emulator before the kernel runs, and afterwards only the
-//!   8-byte words the kernel changed are copied back, so host writes to other words made
-//!   while the kernel ran are kept. What this does not give is fine-grained sharing *during*
-//!   a kernel (a kernel polling a flag the host sets while it runs never sees it);
+//!   every dispatch ([`Mirrors::before_dispatch`], [`Mirrors::after_dispatch`]) against a
+//!   shadow of what both last agreed on: the pages the host changed are copied into the
+//!   emulator before the kernel runs, and afterwards only the 8-byte words the kernel changed
+//!   are copied back, so host writes to other words made while the kernel ran are kept. The
+//!   read-back costs about half a millisecond per MiB of live host-visible memory per
+//!   dispatch (the emulator does not say which pages a kernel wrote). What this does not give
+//!   is sharing *during* a kernel (a kernel polling a flag the host sets while it runs never
+//!   sees it);
 //! - locked host memory (`hsa_amd_memory_lock`, `_lock_to_pool`): the application's own
 //!   pages get an emulator twin at a different agent address, reconciled around dispatches
 //!   the same way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -343,14 +346,18 @@ impl Mirror {
     }
 }
 
-/// Host-visible and locked allocations by agent (emulator) address.
+/// Reconciliation compares and copies in chunks of this many bytes (a page): unchanged
+/// chunks cost a comparison only.
+const CHUNK: usize = 4096;
+
+/// Host-visible and locked allocations by agent (emulator) address, each with its shadow: the
+/// bytes host and emulator last agreed on, so a dispatch copies in only what the host changed
+/// since and copies back only what the kernel changed.
 #[derive(Default)]
 pub(crate) struct Mirrors {
     by_agent: BTreeMap<u64, Mirror>,
+    shadows: HashMap<u64, Vec<u8>>,
 }
-
-/// The bytes each mirror held when a dispatch began.
-pub(crate) struct Snapshot(Vec<(u64, Vec<u8>)>);
 
 impl Mirrors {
     /// The mirror whose agent range holds `addr`, as (agent base, mirror).
@@ -367,40 +374,62 @@ impl Mirrors {
             .map(|(&a, m)| (a, *m))
     }
 
-    /// Copies every mirror's host bytes into the emulator before a dispatch.
-    pub fn before_dispatch(&self, memory: &DeviceMemory) -> Snapshot {
-        let mut snaps = Vec::with_capacity(self.by_agent.len());
-        for (&agent, m) in &self.by_agent {
-            // SAFETY: a mapped mirror's pages are this runtime's until freed; a locked one's
-            // are the application's, which it promised to keep until unlocking.
-            let bytes = unsafe { std::slice::from_raw_parts(m.host as *const u8, m.size) };
-            let bytes = bytes.to_vec();
-            // Cannot fault: the emulator allocation is live while the mirror is.
-            let _ = memory.write(agent, &bytes);
-            snaps.push((agent, bytes));
-        }
-        Snapshot(snaps)
+    /// Adds a mirror whose emulator memory is zero (as a fresh allocation is).
+    fn insert(&mut self, agent: u64, mirror: Mirror) {
+        self.shadows.insert(agent, vec![0; mirror.size]);
+        self.by_agent.insert(agent, mirror);
     }
 
-    /// Copies back to the host the 8-byte words a dispatch changed.
-    pub fn after_dispatch(&self, memory: &DeviceMemory, snapshot: Snapshot) {
-        for (agent, before) in snapshot.0 {
-            let Some(m) = self.by_agent.get(&agent) else {
+    fn remove(&mut self, agent: u64) -> Option<Mirror> {
+        self.shadows.remove(&agent);
+        self.by_agent.remove(&agent)
+    }
+
+    /// Before a dispatch: the host's changes since the last reconciliation go to the emulator.
+    pub fn before_dispatch(&mut self, memory: &DeviceMemory) {
+        for (&agent, m) in &self.by_agent {
+            let Some(shadow) = self.shadows.get_mut(&agent) else {
                 continue;
             };
-            let Ok(after) = memory.read_vec(agent, before.len()) else {
+            // SAFETY: a mapped mirror's pages are this runtime's until freed; a locked one's
+            // are the application's, which it promised to keep until unlocking.
+            let host = unsafe { std::slice::from_raw_parts(m.host as *const u8, m.size) };
+            for (i, (h, s)) in host.chunks(CHUNK).zip(shadow.chunks_mut(CHUNK)).enumerate() {
+                if h != s {
+                    s.copy_from_slice(h);
+                    // Cannot fault: the emulator allocation is live while the mirror is.
+                    let _ = memory.write(agent + (i * CHUNK) as u64, h);
+                }
+            }
+        }
+    }
+
+    /// After a dispatch: the 8-byte words the kernel changed go back to the host (words the
+    /// host changed meanwhile, and the kernel did not, are left alone).
+    pub fn after_dispatch(&mut self, memory: &DeviceMemory) {
+        let mut chunk = [0u8; CHUNK];
+        for (&agent, m) in &self.by_agent {
+            let Some(shadow) = self.shadows.get_mut(&agent) else {
                 continue;
             };
-            for (i, (a, b)) in after.chunks(8).zip(before.chunks(8)).enumerate() {
-                if a != b {
-                    // SAFETY: within the mirror's host range (as in `before_dispatch`).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            a.as_ptr(),
-                            (m.host + i * 8) as *mut u8,
-                            a.len(),
-                        )
-                    };
+            for (i, s) in shadow.chunks_mut(CHUNK).enumerate() {
+                let at = i * CHUNK;
+                let device = &mut chunk[..s.len()];
+                if memory.read(agent + at as u64, device).is_err() || device == s {
+                    continue;
+                }
+                for (j, (d, w)) in device.chunks(8).zip(s.chunks_mut(8)).enumerate() {
+                    if d != w {
+                        w.copy_from_slice(d);
+                        // SAFETY: within the mirror's host range (as in `before_dispatch`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                d.as_ptr(),
+                                (m.host + at + j * 8) as *mut u8,
+                                d.len(),
+                            )
+                        };
+                    }
                 }
             }
         }
@@ -500,7 +529,7 @@ pub(crate) fn allocate(rt: &Runtime, handle: u64, size: usize) -> Result<u64, St
         let _ = emu.memory_mut().free(base);
         return Err(fail(sys::STATUS_ERROR_OUT_OF_RESOURCES, e));
     }
-    lock(&rt.mirrors).by_agent.insert(
+    lock(&rt.mirrors).insert(
         base,
         Mirror {
             host: base as usize,
@@ -522,7 +551,7 @@ pub(crate) fn free(rt: &Runtime, ptr: u64) -> Status {
     if let Some(m) = mirrors.by_agent.get(&ptr).copied()
         && m.mapped()
     {
-        mirrors.by_agent.remove(&ptr);
+        mirrors.remove(ptr);
         unmap(ptr, host_len(m.size));
         let _ = emu.memory_mut().free(ptr);
         return sys::STATUS_SUCCESS;
@@ -535,8 +564,8 @@ pub(crate) fn free(rt: &Runtime, ptr: u64) -> Status {
 
 /// Unmaps every host-visible allocation (the runtime is going away).
 pub(crate) fn release_all(rt: &Runtime) {
-    let mirrors = std::mem::take(&mut lock(&rt.mirrors).by_agent);
-    for (agent, m) in mirrors {
+    let mirrors = std::mem::take(&mut *lock(&rt.mirrors));
+    for (agent, m) in mirrors.by_agent {
         if m.mapped() {
             unmap(agent, host_len(m.size));
         }
@@ -589,7 +618,7 @@ pub(crate) fn lock_memory(
     })?;
     rt.device_high
         .fetch_max(agent.saturating_add(size as u64), Ordering::SeqCst);
-    lock(&rt.mirrors).by_agent.insert(
+    lock(&rt.mirrors).insert(
         agent,
         Mirror {
             host,
@@ -606,7 +635,7 @@ pub(crate) fn unlock_memory(rt: &Runtime, host: usize) -> Status {
     let mut mirrors = lock(&rt.mirrors);
     match mirrors.locked_at_host(host) {
         Some((agent, _)) => {
-            mirrors.by_agent.remove(&agent);
+            mirrors.remove(agent);
             let _ = emu.memory_mut().free(agent);
             sys::STATUS_SUCCESS
         }
@@ -833,7 +862,7 @@ mod tests {
         let agent = memory.alloc(64).unwrap();
         let mut host = vec![7u64; 8];
         let mut mirrors = Mirrors::default();
-        mirrors.by_agent.insert(
+        mirrors.insert(
             agent,
             Mirror {
                 host: host.as_mut_ptr() as usize,
@@ -841,7 +870,7 @@ mod tests {
                 pool: None,
             },
         );
-        let snapshot = mirrors.before_dispatch(&memory);
+        mirrors.before_dispatch(&memory);
         assert_eq!(
             memory.read_u64(agent + 8).unwrap(),
             7,
@@ -850,7 +879,12 @@ mod tests {
         // The kernel writes word 1; meanwhile the host writes word 3.
         memory.write(agent + 8, &42u64.to_le_bytes()).unwrap();
         host[3] = 99;
-        mirrors.after_dispatch(&memory, snapshot);
+        mirrors.after_dispatch(&memory);
+        assert_eq!(host, [7, 42, 7, 99, 7, 7, 7, 7]);
+        // The host's write reaches the next dispatch; nothing else moves.
+        mirrors.before_dispatch(&memory);
+        assert_eq!(memory.read_u64(agent + 24).unwrap(), 99);
+        mirrors.after_dispatch(&memory);
         assert_eq!(host, [7, 42, 7, 99, 7, 7, 7, 7]);
     }
 

@@ -420,10 +420,10 @@ fn dispatch(
         let mut emu = rt.emu();
         emu.config_mut().control = q.control.clone();
         // Host-visible memory goes in before the kernel and what it wrote comes back after.
-        let mirrors = lock(&rt.mirrors);
-        let snapshot = mirrors.before_dispatch(emu.memory());
+        let mut mirrors = lock(&rt.mirrors);
+        mirrors.before_dispatch(emu.memory());
         let r = emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds);
-        mirrors.after_dispatch(emu.memory(), snapshot);
+        mirrors.after_dispatch(emu.memory());
         r
     };
     let fault = match result {
