@@ -10,11 +10,19 @@ enum {
   STATUS_INVALID_FILE = 0x1020,    /* HSA_STATUS_ERROR_INVALID_FILE */
 };
 
+static hsa_status_t on_event(const hsa_amd_event_t *event, void *data) {
+  (void)event;
+  (void)data;
+  return HSA_STATUS_SUCCESS;
+}
+
 int main(void) {
   if (!start())
     return finish();
   struct agents a = {0};
   hsa_iterate_agents(find_agent, &a);
+  CHECK_OK("hsa_amd_register_system_event_handler",
+           hsa_amd_register_system_event_handler(on_event, NULL));
   hsa_agent_t bogus = {0x1234};
   char name[64];
   void *p = NULL;
