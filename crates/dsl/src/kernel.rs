@@ -226,15 +226,7 @@ impl<'ctx> Kernel<'ctx> {
             }
         }
         let diagnostics = Box::<Diagnostics>::default();
-        // SAFETY: the handler's context pointer is the boxed `Diagnostics`, which lives as long
-        // as this kernel; `Drop` removes the handler before the box is freed.
-        unsafe {
-            llvm_sys::core::LLVMContextSetDiagnosticHandler(
-                ctx.raw(),
-                Some(collect_diagnostic),
-                &*diagnostics as *const Diagnostics as *mut std::ffi::c_void,
-            );
-        }
+        register_diagnostics(ctx, &diagnostics);
         let builder = ctx.create_builder();
         let entry = ctx.append_basic_block(func, "entry");
         builder.position_at_end(entry);
@@ -510,6 +502,59 @@ impl<'ctx> Kernel<'ctx> {
     pub fn finish(&self) -> Result<()> {
         self.builder.build_return(None)?;
         Ok(())
+    }
+}
+
+/// Sends the context's LLVM diagnostics to `sink`.
+fn register_diagnostics(ctx: &Context, sink: &Diagnostics) {
+    // SAFETY: the handler's context pointer is the kernel's boxed `Diagnostics`, which lives as
+    // long as the kernel; `Drop` removes the handler before the box is freed.
+    unsafe {
+        llvm_sys::core::LLVMContextSetDiagnosticHandler(
+            ctx.raw(),
+            Some(collect_diagnostic),
+            sink as *const Diagnostics as *mut std::ffi::c_void,
+        );
+    }
+}
+
+impl<'ctx> Kernel<'ctx> {
+    /// Starts another kernel in this kernel's context, to be [`Kernel::link`]ed into it once
+    /// finished.
+    pub fn sibling(
+        &self,
+        name: &str,
+        signature: &Signature,
+        attrs: KernelAttrs,
+    ) -> Result<Kernel<'ctx>> {
+        Kernel::new(self.ctx, name, signature, attrs)
+    }
+
+    /// Links `other`, a finished kernel declared in the same context, into this kernel's
+    /// module, so that one code object holds both: a kernel and the small kernel that
+    /// completes its work (a split-K reduction) are loaded, shipped and verified together.
+    /// Their LDS allocations must not share names.
+    pub fn link(&self, other: Kernel<'ctx>) -> Result<()> {
+        if !std::ptr::eq(self.ctx, other.ctx) {
+            return Err(DslError::Operand {
+                op: "link",
+                rule: format!(
+                    "kernel `{}` was declared in another context than `{}`",
+                    other.name, self.name
+                ),
+            });
+        }
+        let module = other.module.clone();
+        // A context has one diagnostic handler: `other`'s is removed when it drops, so this
+        // kernel's is registered again.
+        drop(other);
+        register_diagnostics(self.ctx, &self.diagnostics);
+        self.module
+            .link_in_module(module)
+            .map_err(|e| DslError::Llvm {
+                stage: "linking modules",
+                message: e.to_string(),
+            })
     }
 }
 

@@ -367,6 +367,16 @@ fn preb_split_k() {
             .bk_elems(256)
             .split_k(2),
         KernelSpec::new().bm(64).wm(32).bn(128).wn(64).split_k(2),
+        // The atomic epilogue, bf16 and f32.
+        KernelSpec::new().split_k(4).split_k_atomic(true),
+        KernelSpec::new()
+            .bm(16)
+            .bn(64)
+            .wn(16)
+            .bk_elems(256)
+            .split_k(8)
+            .split_k_atomic(true)
+            .out_dtype(OutDtype::F32),
     ];
     sweep_shapes(specs, |spec| {
         let slice = (spec.split_k() * spec.bk_elems) as usize;

@@ -1,5 +1,6 @@
 //! What both GEMM kernels (and the grouped MoE GEMMs) share: the signature and its sizes,
-//! the LDS plan, and the epilogue that stores or atomically adds accumulators to C.
+//! the LDS plan, and the epilogues that store accumulators to C, atomically add them into C, or
+//! store them to a split-K workspace plane.
 
 use tilegen_dsl::{
     Buffer, CachePolicy, DslError, Elem, I32Param, Int, Kernel, Lds, PtrParam, Result, Signature,
@@ -157,8 +158,34 @@ pub fn store_c<'k, 'ctx>(
     wave: TileAt<'k, 'ctx>,
     out: OutDtype,
 ) -> Result<()> {
+    store_fragments(cx, mma, block, wave, out, None)
+}
+
+/// Stores the accumulators of a wave, unrounded, to plane `slice` of the split-K workspace
+/// that C's parameter points to: `[slices, M, N]` f32, one row-major `[M, N]` plane per K
+/// slice, which the reduction kernel sums. Placement and masking are [`store_c`]'s, within the
+/// slice's plane (its buffer resource covers that plane alone, so rows past M are dropped as
+/// they are from C).
+pub fn store_partial<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    block: TileAt<'k, 'ctx>,
+    wave: TileAt<'k, 'ctx>,
+    slice: Int<'k, 'ctx>,
+) -> Result<()> {
+    store_fragments(cx, mma, block, wave, OutDtype::F32, Some(slice))
+}
+
+fn store_fragments<'k, 'ctx>(
+    cx: &Ctx<'k, 'ctx>,
+    mma: &BlockScaledMmaOp<'k, 'ctx>,
+    block: TileAt<'k, 'ctx>,
+    wave: TileAt<'k, 'ctx>,
+    out: OutDtype,
+    slice: Option<Int<'k, 'ctx>>,
+) -> Result<()> {
     let k = cx.k;
-    let (c, cols, _) = c_fragments(cx, mma, block, wave, out)?;
+    let (c, cols, _) = c_fragments(cx, mma, block, wave, out, slice)?;
     let elem = match out {
         OutDtype::F32 => Elem::F32,
         OutDtype::Bf16 => Elem::Bf16,
@@ -178,7 +205,8 @@ pub fn store_c<'k, 'ctx>(
 }
 
 /// C's view (`out` elements) and its column-index twin, tiled to the wave's fragment of tile
-/// `wave` of tile `block` and partitioned like the accumulators; and C's buffer.
+/// `wave` of tile `block` and partitioned like the accumulators; and C's buffer. With `slice`,
+/// C's parameter holds one `[M, N]` plane per slice and the view is of plane `slice`.
 #[allow(clippy::type_complexity)]
 fn c_fragments<'k, 'ctx>(
     cx: &Ctx<'k, 'ctx>,
@@ -186,12 +214,19 @@ fn c_fragments<'k, 'ctx>(
     block: TileAt<'k, 'ctx>,
     wave: TileAt<'k, 'ctx>,
     out: OutDtype,
+    slice: Option<Int<'k, 'ctx>>,
 ) -> Result<(TileTensor<'k, 'ctx>, TileTensor<'k, 'ctx>, Buffer<'ctx>)> {
     let k = cx.k;
     let bits = out.bytes() * 8;
     // C's resource is made here, after the main loop, so it holds no SGPRs during it.
     let c_bytes = cx.m * cx.n * out.bytes() as i64;
-    let buf = cx.buffer(cx.params.c, c_bytes, CachePolicy::Always)?;
+    let buf = match slice {
+        None => cx.buffer(cx.params.c, c_bytes, CachePolicy::Always)?,
+        Some(s) => {
+            let plane = k.ptr_offset(k.ptr_arg(cx.params.c)?, s, c_bytes)?;
+            k.buffer(plane, c_bytes, CachePolicy::Always)?
+        }
+    };
     let c = TileTensor::packed(k, Storage::Global(buf), cx.row_major(cx.m, cx.n, 1), bits)?;
     // Column indices of C, tiled and partitioned like C itself: the store predicates.
     let cols = TileTensor::index(
@@ -219,7 +254,7 @@ pub fn atomic_add_c<'k, 'ctx>(
     out: OutDtype,
 ) -> Result<()> {
     let k = cx.k;
-    let (c, cols, buf) = c_fragments(cx, mma, block, wave, out)?;
+    let (c, cols, buf) = c_fragments(cx, mma, block, wave, out, None)?;
     let (width, elem) = match out {
         OutDtype::F32 => (1, Elem::F32),
         OutDtype::Bf16 => (2, Elem::Bf16),

@@ -4,8 +4,8 @@
 use tilegen_dsl::{CompileOptions, KernelAttrs};
 
 use super::spec::{KernelSpec, SpecError};
-use super::{common, lds, preb};
-use crate::compiled::{BuiltKernel, CompileError, compile_kernel};
+use super::{common, lds, preb, reduce};
+use crate::compiled::{BuiltKernel, CompileError, ResourceReport, compile_kernel};
 
 /// Why [`KernelSpec::build`] gave no kernel.
 #[derive(Debug, thiserror::Error)]
@@ -52,10 +52,16 @@ impl CompiledKernel {
     }
 
     /// A kernel compiled earlier (a kernel pack's, a compile cache's): `code_object` must hold
-    /// the kernel `spec` names. The spec is validated and the report read back; the listing
-    /// and IR are empty and the timings zero. Nothing is compiled.
+    /// the kernel `spec` names, and its split-K reduction when it has one. The spec is
+    /// validated and the report read back; the listing and IR are empty and the timings zero.
+    /// Nothing is compiled.
     pub fn from_code_object(spec: KernelSpec, code_object: Vec<u8>) -> Result<Self, BuildError> {
         spec.validate()?;
+        if spec.reduces_split_k() {
+            let kernel = spec.reduce_name();
+            ResourceReport::read(&code_object, &kernel)
+                .map_err(|source| CompileError::Report { kernel, source })?;
+        }
         let name = spec.kernel_name();
         let kernel =
             BuiltKernel::from_code_object(name.clone(), code_object).map_err(|source| {
@@ -101,9 +107,20 @@ impl KernelSpec {
                     k.allow_agprs(self.accumulator_dwords().try_into().unwrap_or(u32::MAX))?;
                 }
                 match self {
-                    KernelSpec::Preb(p) => preb::build(k, p),
-                    KernelSpec::Lds(l) => lds::build(k, l),
+                    KernelSpec::Preb(p) => preb::build(k, p)?,
+                    KernelSpec::Lds(l) => lds::build(k, l)?,
                 }
+                if self.reduces_split_k() {
+                    let attrs = KernelAttrs {
+                        workgroup_size: reduce::REDUCE_THREADS,
+                        waves_per_eu: None,
+                    };
+                    let r = k.sibling(&self.reduce_name(), &reduce::signature().0, attrs)?;
+                    reduce::build(&r, self.split_k(), self.out_dtype)?;
+                    r.finish()?;
+                    k.link(r)?;
+                }
+                Ok(())
             },
         )?;
         Ok(CompiledKernel {

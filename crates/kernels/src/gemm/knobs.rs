@@ -570,7 +570,11 @@ macro_rules! knobs {
                             }
                         }
                         let variant: Variant = p.variant.ok_or_else(|| A::Error::missing_field("variant"))?;
-                        Ok(SpecValues {
+                        let absent: Vec<Knob> = [$((Knob::$Knob, p.$name.is_none()),)*]
+                            .into_iter()
+                            .filter_map(|(k, none)| none.then_some(k))
+                            .collect();
+                        let mut values = SpecValues {
                             $($name: match p.$name {
                                 Some(v) => v,
                                 None if Stored::$stored == Stored::Required => {
@@ -578,7 +582,9 @@ macro_rules! knobs {
                                 }
                                 None => ($default)(variant),
                             },)*
-                        })
+                        };
+                        values.read_absent(&absent);
+                        Ok(values)
                     }
                 }
                 d.deserialize_struct("SpecValues", &[$(stringify!($name),)*], Fields)

@@ -237,6 +237,19 @@ impl KernelSpec {
     /// split-K a K that divides into `split_k` slices of whole `bk_elems` tiles.
     pub fn check_problem(&self, m: usize, n: usize, k: usize) -> Result<(), LaunchError> {
         check_problem(m, n, k, self.out_dtype.bytes() as usize)?;
+        if self.reduces_split_k() {
+            // Each workspace plane is addressed by its own buffer resource.
+            check_problem(m, n, k, 4).map_err(|_| LaunchError::Shape {
+                m,
+                n,
+                k,
+                rule: format!(
+                    "a split-K workspace plane is {} bytes; a buffer resource addresses at most \
+                     2^32 - 1",
+                    m as u128 * n as u128 * 4
+                ),
+            })?;
+        }
         let slice = self.split_k() as usize * self.bk_elems as usize;
         if self.split_k() > 1 && !k.is_multiple_of(slice) {
             return Err(LaunchError::Shape {
@@ -380,10 +393,63 @@ impl CompiledKernel {
         ]
     }
 
-    /// Whether the kernel adds into C instead of storing it (split-K), so C must hold zeros
-    /// when it starts.
+    /// Whether the kernel adds into C instead of storing it (split-K with atomics), so C must
+    /// hold zeros when it starts.
     pub fn accumulates_into_c(&self) -> bool {
-        self.spec.split_k() > 1
+        self.spec.split_k_atomic()
+    }
+
+    /// The split-K reduction kernel of this code object, run after the GEMM (see
+    /// [`KernelSpec::split_k`]), if the launch has one.
+    pub fn reduce_name(&self) -> Option<String> {
+        self.spec.reduces_split_k().then(|| self.spec.reduce_name())
+    }
+
+    /// Bytes of the f32 workspace an `m x n` launch needs (0 without the split-K reduction).
+    pub fn workspace_bytes(&self, m: usize, n: usize) -> u64 {
+        self.spec.workspace_bytes(m, n)
+    }
+
+    /// The GEMM kernel's arguments when the split-K reduction runs: its C is the workspace
+    /// (the slices' f32 planes), the other buffers `bufs`'.
+    pub fn partial_arguments(
+        &self,
+        bufs: &GemmBuffers,
+        workspace: DevicePtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> [ArgValue; 8] {
+        let gemm = GemmBuffers {
+            c: workspace,
+            ..*bufs
+        };
+        self.arguments(&gemm, m, n, k)
+    }
+
+    /// The split-K reduction's arguments, `(c, workspace, m, n)`.
+    pub fn reduce_arguments(
+        &self,
+        c: DevicePtr,
+        workspace: DevicePtr,
+        m: usize,
+        n: usize,
+    ) -> [ArgValue; 4] {
+        [
+            ArgValue::Ptr(c),
+            ArgValue::Ptr(workspace),
+            ArgValue::I32(m as i32),
+            ArgValue::I32(n as i32),
+        ]
+    }
+
+    /// The split-K reduction's launch shape for an `m x n` output.
+    pub fn reduce_launch_config(&self, m: usize, n: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid: super::reduce::grid(m, n),
+            block: [super::reduce::REDUCE_THREADS, 1, 1],
+            dynamic_lds: 0,
+        }
     }
 
     /// The launch shape for an `m x n` output.
@@ -410,8 +476,12 @@ impl CompiledKernel {
         Ok(device.load(self.code_object())?)
     }
 
-    /// Launches on buffers already on the device. A split-K kernel adds into C, so C is
-    /// zeroed first (a host copy of zeros: the device API has no fill).
+    /// Launches on buffers already on the device. A split-K kernel with atomics adds into C,
+    /// so C is zeroed first (a host copy of zeros: the device API has no fill). A split-K
+    /// kernel without them writes its slices' partials to a workspace allocated for the launch
+    /// (every element is written, so it is not zeroed), then the reduction sums them into C;
+    /// the workspace is freed on every path. The report's wall time is both kernels'; its
+    /// instruction counts are the GEMM's.
     pub fn launch(
         &self,
         device: &dyn Device,
@@ -425,14 +495,36 @@ impl CompiledKernel {
         if self.accumulates_into_c() {
             device.copy_to_device(bufs.c, &vec![0u8; self.c_bytes(m, n)])?;
         }
-        let args = self.arguments(bufs, m, n, k);
-        Ok(tilegen_device::launch(
+        let Some(reduce) = self.reduce_name() else {
+            let args = self.arguments(bufs, m, n, k);
+            return Ok(tilegen_device::launch(
+                device,
+                module,
+                self.name(),
+                &self.launch_config(m, n),
+                &args,
+            )?);
+        };
+        let workspace = Buffer::new(device, self.workspace_bytes(m, n))?;
+        let gemm = tilegen_device::launch(
             device,
             module,
             self.name(),
             &self.launch_config(m, n),
-            &args,
-        )?)
+            &self.partial_arguments(bufs, workspace.ptr(), m, n, k),
+        )?;
+        let sum = tilegen_device::launch(
+            device,
+            module,
+            &reduce,
+            &self.reduce_launch_config(m, n),
+            &self.reduce_arguments(bufs.c, workspace.ptr(), m, n),
+        )?;
+        workspace.free()?;
+        Ok(LaunchReport {
+            wall: gemm.wall + sum.wall,
+            stats: gemm.stats,
+        })
     }
 
     /// Loads the code object, copies `inputs` to the device, runs, copies C back; the module
@@ -480,6 +572,7 @@ impl CompiledKernel {
             n: inputs.n,
             dtype: self.spec.out_dtype,
             bytes,
+            // Atomics round at every add; the reduction rounds once.
             rounded_adds: if self.accumulates_into_c() {
                 self.spec.split_k()
             } else {

@@ -11,6 +11,7 @@ mod knobs;
 mod launch;
 mod lds;
 pub(crate) mod preb;
+mod reduce;
 mod spec;
 
 #[cfg(feature = "clap")]
@@ -20,6 +21,7 @@ pub use knobs::{Axis, KnobType, KnobValue, Range, Scope, Stored};
 pub use launch::{
     GemmBufferSizes, GemmBuffers, GemmInputs, GemmOutput, LaunchError, check_problem,
 };
+pub use reduce::{REDUCE_ELEMS_PER_LANE, REDUCE_THREADS};
 pub use spec::{
     CachePolicy, ClusterSched, Common, KernelSpec, Knob, LdsBuffer, LdsSpec, MfmaShape, OutDtype,
     PrebKnobs, PrebSpec, Prefetch, SPEC_FORMAT, SpecError, SpecValues, Variant,

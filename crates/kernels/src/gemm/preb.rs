@@ -238,8 +238,10 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &PrebSpec) -> Result<()> {
     );
     let wave = ([wm, wn], [p.wave_m(), p.wave_n()]);
     let block = ([bm, bn], [bid_y, bid_x]);
-    if spec.knobs().split_k > 1 {
+    if spec.knobs().split_k > 1 && spec.knobs().split_k_atomic {
         common::atomic_add_c(&cx, &p.mma, block, wave, spec.out_dtype)
+    } else if spec.knobs().split_k > 1 {
+        common::store_partial(&cx, &p.mma, block, wave, slice)
     } else {
         common::store_c(&cx, &p.mma, block, wave, spec.out_dtype)
     }

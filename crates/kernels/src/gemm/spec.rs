@@ -333,8 +333,9 @@ knobs! {
         axis: Axis::Values,
         range: Some(Range { min: 1, max: MAX_WAVES_PER_SIMD, why: "a gfx950 SIMD holds 1 to 8 waves" }),
     }
-    /// Split K into this many slices run by the grid's z dimension, each adding its partial
-    /// product into C with atomics (preb; 1 = no split; see `KernelSpec::split_k`).
+    /// Split K into this many slices run by the grid's z dimension, whose f32 partials a
+    /// second kernel sums in order and rounds once (preb; 1 = no split; see
+    /// `KernelSpec::split_k`).
     SplitK [PrebKnobs] split_k: u32 {
         default: |_| 1,
         piece: 17 => |x| (x > 1).then(|| format!("_sk{x}")),
@@ -379,13 +380,26 @@ knobs! {
         axis: Axis::Values,
         range: None,
     }
+    /// Split-K slices add their partials into C with atomics (bf16 output: each partial is
+    /// rounded to bf16 and every add rounds again, up to split_k bf16 ulps off and the last bit
+    /// nondeterministic) instead of storing f32 partials to a workspace that a reduction kernel
+    /// sums in a fixed order and rounds once (preb, with split_k > 1).
+    SplitKAtomic [PrebKnobs] split_k_atomic: bool {
+        default: |_| false,
+        piece: 21 => |x| x.then(|| "_atomic".to_string()),
+        stored: UnlessDefault,
+        axis: Axis::Setting,
+        range: None,
+    }
 }
 
 /// Version of the stored form ([`SpecValues`]) that tuning databases and kernel packs record:
 /// 1 is every knob up to `b_prefetch_depth`, 2 adds `b_burst` (written only when on, so every
-/// spec without it is stored, and keyed, as in version 1). A build reads its own version and
-/// older ones, and refuses newer ones, whose knobs it would not know.
-pub const SPEC_FORMAT: u32 = 2;
+/// spec without it is stored, and keyed, as in version 1), 3 adds `split_k_atomic`, written by
+/// every split-K spec: a split-K spec stored without it is from before the f32 workspace and
+/// added into C with atomics, and reads so. A build reads its own version and older ones, and
+/// refuses newer ones, whose knobs it would not know.
+pub const SPEC_FORMAT: u32 = 3;
 
 /// `wm` of a new spec: the preb kernel's follows `bm` (one wave over all rows), the LDS-staged
 /// kernel's is 64.
@@ -852,19 +866,59 @@ impl KernelSpec {
 
     /// This spec with K split into `splits` slices run by the grid's z dimension (preb; 1..=
     /// [`KernelSpec::MAX_SPLIT_K`], default 1), so a problem with few `BM x BN` tiles (decode,
-    /// small M) still fills the GPU. Each slice adds its partial tile into C with buffer
-    /// atomics: `buffer_atomic_add_f32` for f32 output, `buffer_atomic_pk_add_bf16` for bf16
-    /// (as AMD's hand-written kernels do), so C must be zero before the launch; the launcher
-    /// ([`CompiledKernel::launch`](crate::CompiledKernel::launch)) zeroes it.
+    /// small M) still fills the GPU. A launch needs `K` to be a multiple of `splits *
+    /// bk_elems`: every slice runs whole tiles.
     ///
-    /// A launch needs `K` to be a multiple of `splits * bk_elems`: every slice runs whole
-    /// tiles. With bf16 output every add rounds: each slice's partial is rounded to bf16 and
-    /// each add into C rounds again, so an element may differ from the once-rounded product by
-    /// up to `splits` bf16 ulps of the sum of its terms' magnitudes (instead of half an ulp of
-    /// its value), and the order of the adds, hence the last bit, varies from run to run. f32
-    /// output keeps f32 accuracy (the order still varies).
+    /// By default each slice stores its f32 partial tile to its own `[M, N]` plane of an f32
+    /// workspace ([`KernelSpec::workspace_bytes`], which the launcher allocates), and a second
+    /// kernel of the same code object sums the planes in slice order and rounds once to C's
+    /// type: C is within one bf16 ulp of the f32-accumulated product and the same on every run.
+    ///
+    /// With `split_k_atomic` each slice instead adds its partial into C with buffer atomics:
+    /// `buffer_atomic_add_f32` for f32 output, `buffer_atomic_pk_add_bf16` for bf16 (as AMD's
+    /// hand-written kernels do), so C must be zero before the launch; the launcher
+    /// ([`CompiledKernel::launch`](crate::CompiledKernel::launch)) zeroes it. With bf16 output
+    /// every add rounds: each slice's partial is rounded to bf16 and each add into C rounds
+    /// again, so an element may differ from the once-rounded product by up to `splits` bf16
+    /// ulps of the sum of its terms' magnitudes, and the order of the adds, hence the last bit,
+    /// varies from run to run. f32 output keeps f32 accuracy (the order still varies).
     pub fn split_k(&self) -> u32 {
         self.preb_knobs().map_or(1, |k| k.split_k)
+    }
+
+    /// Whether split-K slices add into C with atomics (see [`KernelSpec::split_k`]): only a
+    /// split-K spec with `split_k_atomic`.
+    pub fn split_k_atomic(&self) -> bool {
+        self.preb_knobs()
+            .is_some_and(|k| k.split_k > 1 && k.split_k_atomic)
+    }
+
+    /// Whether the launch runs a second kernel, the split-K reduction, after the GEMM: a
+    /// split-K spec without atomics.
+    pub fn reduces_split_k(&self) -> bool {
+        self.split_k() > 1 && !self.split_k_atomic()
+    }
+
+    /// Bytes of the f32 workspace an `m x n` launch needs: one `[M, N]` f32 plane per K slice
+    /// when the split-K reduction runs, none otherwise.
+    pub fn workspace_bytes(&self, m: usize, n: usize) -> u64 {
+        if self.reduces_split_k() {
+            u64::from(self.split_k()) * m as u64 * n as u64 * 4
+        } else {
+            0
+        }
+    }
+
+    /// How far, in bf16 ulps, an element of C may be from the f32-accumulated product rounded
+    /// once to bf16: 1 (f32 accumulation order, then one rounding) for every kernel but a
+    /// split-K one adding bf16 partials with atomics, whose `split_k` roundings each cost up
+    /// to an ulp of the sum of the element's term magnitudes.
+    pub fn bf16_ulps(&self) -> u32 {
+        if self.split_k_atomic() && self.out_dtype == OutDtype::Bf16 {
+            self.split_k()
+        } else {
+            1
+        }
     }
 
     /// The LDS buffers the kernel allocates, in order: the kernels allocate exactly these, so
@@ -1018,6 +1072,15 @@ impl KernelSpec {
                 )?;
             }
         }
+        if let Some(k) = self.preb_knobs()
+            && k.split_k_atomic
+            && k.split_k == 1
+        {
+            return Err(SpecError::Ignored {
+                setter: "split_k_atomic",
+                why: "split_k is 1, so nothing is added into C",
+            });
+        }
         let warps = self.warps_wide();
         let threads = warps * u64::from(WAVE_SIZE);
         if threads > u64::from(MAX_WORKGROUP_SIZE) {
@@ -1086,6 +1149,12 @@ impl KernelSpec {
             .fold("mxfp4_gemm".to_string(), |name, (_, piece)| name + &piece)
     }
 
+    /// The symbol name of the split-K reduction kernel in this spec's code object (see
+    /// [`KernelSpec::split_k`]).
+    pub fn reduce_name(&self) -> String {
+        format!("{}_reduce", self.kernel_name())
+    }
+
     /// A stable key for caches: specs that generate the same code, with the same crate version
     /// and LLVM major version, give the same key on every machine and run. It hashes the
     /// stored form, where a knob the spec lacks holds its default.
@@ -1109,9 +1178,22 @@ impl KernelSpec {
 
 impl SpecValues {
     /// Whether the stored form writes knob `k`: always, unless it was added later and is at
-    /// its default.
+    /// its default. A split-K spec always writes `split_k_atomic`, so that its key differs
+    /// from that of a spec stored before the knob existed, whose kernel added with atomics.
     fn written(&self, k: Knob) -> bool {
+        if k == Knob::SplitKAtomic && self.split_k > 1 {
+            return true;
+        }
         k.stored() != Stored::UnlessDefault || self.get(k) != k.default_value(self.variant)
+    }
+
+    /// Fills the knobs a stored spec left out whose meaning depends on the others: a split-K
+    /// spec without `split_k_atomic` was stored before the f32 workspace existed, and its
+    /// kernel added into C with atomics.
+    pub(crate) fn read_absent(&mut self, absent: &[Knob]) {
+        if self.split_k > 1 && absent.contains(&Knob::SplitKAtomic) {
+            self.split_k_atomic = true;
+        }
     }
 }
 
@@ -1495,6 +1577,44 @@ mod stored_tests {
             burst.clone().into()
         );
         assert!(burst.kernel_name().ends_with("_bpf_bburst"));
+    }
+
+    /// A split-K spec always writes how it adds its slices, so that the key of the exact
+    /// reduction is never that of a spec stored before it existed, which reads as atomics.
+    #[test]
+    fn split_k_reduction_is_stored_and_read_back() {
+        let plain = serde_json::to_string(&KernelSpec::new()).unwrap();
+        assert!(!plain.contains("split_k_atomic"), "{plain}");
+        let exact = KernelSpec::new().split_k(4);
+        let json = serde_json::to_string(&exact).unwrap();
+        assert!(json.ends_with(",\"split_k_atomic\":false}"), "{json}");
+        let back: KernelSpec = serde_json::from_str(&json).unwrap();
+        assert!(back.reduces_split_k() && !back.split_k_atomic());
+        assert_eq!(back.bf16_ulps(), 1);
+        let old = json.replace(",\"split_k_atomic\":false", "");
+        let old: KernelSpec = serde_json::from_str(&old).unwrap();
+        assert!(old.split_k_atomic() && !old.reduces_split_k());
+        assert_eq!(old.bf16_ulps(), 4);
+        assert_ne!(old.cache_key(), back.cache_key());
+        assert!(old.kernel_name().ends_with("_sk4_atomic"));
+        assert_eq!(
+            KernelSpec::new().split_k_atomic(true).validate(),
+            Err(SpecError::Ignored {
+                setter: "split_k_atomic",
+                why: "split_k is 1, so nothing is added into C",
+            })
+        );
+        let f32_atomic = KernelSpec::new()
+            .split_k(4)
+            .split_k_atomic(true)
+            .out_dtype(OutDtype::F32);
+        assert_eq!(f32_atomic.values().split_k, 4);
+        assert_eq!(KernelSpec::from(f32_atomic).bf16_ulps(), 1);
+        assert_eq!(exact.values().split_k, 4);
+        assert_eq!(
+            KernelSpec::from(exact.clone()).workspace_bytes(3, 32),
+            4 * 3 * 32 * 4
+        );
     }
 
     /// Every knob has one declaration: a distinct name, a flag, a doc, a default of its type.
