@@ -418,3 +418,88 @@ fn kimi_k2_runs_on_lazily_allocated_experts() {
     assert_eq!(v["bias"], false);
     assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 7000, "{v}");
 }
+
+/// A layer of explicit sizes, without `--model`: a tensor-parallel shard's intermediate 256
+/// (DeepSeek-V3's 2048 over 8 ranks) runs with the default spec fitted to it (the down
+/// kernel's K tiles of 256) and agrees with the reference; a size left out and an explicit
+/// tile that does not divide K are refused in plain sizes.
+#[test]
+fn explicit_sizes_without_a_model() {
+    let sizes = [
+        "--model-dim",
+        "768",
+        "--inter",
+        "256",
+        "--experts",
+        "9",
+        "--topk",
+        "3",
+    ];
+    let out = tilegen()
+        .arg("moe")
+        .args(sizes)
+        .args(["--tokens", "3", "--json"])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["run"]["passed"], true, "{v}");
+    assert_eq!(v["model"], "custom");
+    assert_eq!(v["shape"]["hidden"], 768);
+    assert_eq!(v["spec"]["down"]["bk_elems"], 256, "{}", v["spec"]);
+    assert_eq!(v["spec"]["gate_up"]["bk_elems"], 256, "{}", v["spec"]);
+    assert_eq!(v["spec"]["activation"], "silu-mul");
+    let fails = |args: &[&str], needle: &str| {
+        let out = tilegen().arg("moe").args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("MoeShape {"), "{err}");
+    };
+    fails(
+        &[
+            "--inter",
+            "256",
+            "--experts",
+            "9",
+            "--topk",
+            "3",
+            "--tokens",
+            "1",
+        ],
+        "--model-dim is needed without --model",
+    );
+    let mut args = sizes.to_vec();
+    args.extend(["--tokens", "1", "--bk-elems", "512", "--no-run"]);
+    fails(
+        &args,
+        "hidden 768, intermediate 256: hidden 768 is not a multiple of the gate/up kernel's bk_elems 512",
+    );
+    fails(
+        &[
+            "--model",
+            "deepseek-v3",
+            "--inter",
+            "256",
+            "--tokens",
+            "1",
+            "--bk-elems",
+            "512",
+            "--no-run",
+        ],
+        "inter 256 is not a multiple of the down kernel's bk_elems 512",
+    );
+    fails(
+        &[
+            "--model",
+            "gpt-oss-120b",
+            "--inter",
+            "360",
+            "--tokens",
+            "1",
+            "--no-run",
+        ],
+        "inter = 360 must be a multiple of 32 (whole MX blocks)",
+    );
+}

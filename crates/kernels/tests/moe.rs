@@ -545,3 +545,36 @@ fn shipped_moe_templates_parse_and_enumerate() {
     let bad = "[model]\nname='x'\nsource=''\nexperts=4\ntopk=2\nhidden=64\ninter=64\nactivation='swiglu'\ntokens=[1]\ncolour=1\n";
     assert!(toml::from_str::<tilegen_kernels::moe::MoeTemplate>(bad).is_err());
 }
+
+/// The default spec fitted to sizes whose K is not a whole number of its 512-element tiles
+/// (a tensor-parallel shard's intermediate 256, a hidden size of 768) runs the K loop in
+/// 256-element steps and agrees with the reference.
+#[test]
+fn fitted_default_on_shard_sizes() {
+    let mut cases = Vec::new();
+    for (hidden, inter) in [(512, 256), (768, 224), (736, 384)] {
+        let shape = MoeShape {
+            experts: 6,
+            topk: 3,
+            hidden,
+            inter,
+        };
+        let spec = MoeSpec::new(Activation::SiluMul).fit_to(&shape);
+        // Unfitted, each is refused.
+        assert!(
+            MoeSpec::new(Activation::SiluMul)
+                .check_shape(&shape)
+                .is_err()
+        );
+        for tokens in [1, 9] {
+            cases.push((
+                format!("hidden {hidden} inter {inter}, {tokens} tokens"),
+                spec.clone(),
+                shape,
+                tokens,
+                random_routing(&shape, tokens, 3 + tokens as u64),
+            ));
+        }
+    }
+    sweep(cases);
+}

@@ -51,11 +51,11 @@ pub enum RoutingKind {
     Skewed,
 }
 
-/// The router of `t`'s layer for `experts` experts with top-`topk`. A sigmoid router's selection
+/// The router `router` for `experts` experts with top-`topk`. A sigmoid router's selection
 /// bias is random here (a trained layer's is learned), small next to the scores. The template's
 /// groups hold with its experts; fewer experts (`--experts`) that cannot hold top-k in the kept
 /// groups route ungrouped.
-fn scoring(t: &MoeTemplate, experts: usize, topk: usize, seed: u64) -> Scoring {
+fn scoring(router: MoeRouter, experts: usize, topk: usize, seed: u64) -> Scoring {
     let bias = || {
         let mut s = seed ^ 0xb1a5;
         (0..experts)
@@ -67,7 +67,7 @@ fn scoring(t: &MoeTemplate, experts: usize, topk: usize, seed: u64) -> Scoring {
             })
             .collect()
     };
-    match t.model.router {
+    match router {
         MoeRouter::TopkSoftmax => Scoring::TopkSoftmax,
         MoeRouter::SoftmaxTopk { renormalize } => Scoring::SoftmaxTopk { renormalize },
         MoeRouter::SigmoidGrouped {
@@ -89,8 +89,10 @@ fn scoring(t: &MoeTemplate, experts: usize, topk: usize, seed: u64) -> Scoring {
 #[derive(Args)]
 pub struct MoeArgs {
     /// The model whose layer to run (sizes, activation, router): one of the MoE templates.
+    /// Without it the layer is the sizes given (--experts, --topk, --model-dim, --inter; SiLU
+    /// unless --activation, a softmax-then-top-k router, no biases unless --bias).
     #[arg(long, value_parser = MoeModelParser)]
-    model: MoeTemplate,
+    model: Option<MoeTemplate>,
     /// Tokens in the batch.
     #[arg(long)]
     tokens: usize,
@@ -100,8 +102,9 @@ pub struct MoeArgs {
     /// Experts per token (overrides the model's).
     #[arg(long)]
     topk: Option<usize>,
-    /// Hidden size (overrides the model's; a multiple of 32, padded to 256).
-    #[arg(long)]
+    /// Hidden size, the model dimension (overrides the model's; a multiple of 32, padded to
+    /// 256).
+    #[arg(long, visible_alias = "model-dim")]
     hidden: Option<usize>,
     /// Intermediate size of an expert (overrides the model's; a multiple of 32, padded to 256).
     #[arg(long)]
@@ -156,26 +159,72 @@ pub struct MoeArgs {
     device: DeviceArgs,
 }
 
+/// The layer a run is of: a template's model, or the sizes given on the command line.
+struct LayerModel {
+    name: String,
+    shape: MoeShape,
+    activation: Activation,
+    bias: bool,
+    router: MoeRouter,
+}
+
 impl MoeArgs {
-    /// A stage's tile: the layer's default tile with the knobs given, and `bn` if given.
-    fn tile(&self, block_m: u32, bn: Option<u32>) -> Result<PrebSpec> {
-        let t = PrebSpec::try_from(self.tile.apply(MoeSpec::default_tile(block_m))?)?;
-        Ok(match bn {
-            Some(bn) => t.bn(bn),
-            None => t,
+    /// The model's layer, or without `--model` the one the sizes describe (every size needed
+    /// unless a weights file gives it).
+    fn layer_model(&self) -> Result<LayerModel> {
+        if let Some(t) = &self.model {
+            return Ok(LayerModel {
+                name: t.model.name.clone(),
+                shape: t.shape(),
+                activation: t.model.activation,
+                bias: t.model.bias,
+                router: t.model.router,
+            });
+        }
+        let size = |flag: &str, v: Option<usize>| match v {
+            Some(v) => Ok(v),
+            // A weights file holds these; 0 until it gives them.
+            None if self.weights.is_some() && flag != "--topk" => Ok(0),
+            None => Err(anyhow!(
+                "{flag} is needed without --model (or give --model NAME for a template's sizes)"
+            )),
+        };
+        Ok(LayerModel {
+            name: "custom".into(),
+            shape: MoeShape {
+                experts: size("--experts", self.experts)?,
+                topk: size("--topk", self.topk)?,
+                hidden: size("--model-dim", self.hidden)?,
+                inter: size("--inter", self.inter)?,
+            },
+            activation: Activation::SiluMul,
+            bias: false,
+            router: MoeRouter::SoftmaxTopk { renormalize: true },
         })
     }
 
-    fn spec(&self, activation: Activation, bias: bool) -> Result<MoeSpec> {
+    /// The layer's spec: the default fitted to `shape` ([`MoeSpec::fit_to`]: each K tile a
+    /// divisor of its K), then the knobs given on both kernels' tiles, and `--down-bn`.
+    fn spec(&self, activation: Activation, bias: bool, shape: &MoeShape) -> Result<MoeSpec> {
         let mut s = MoeSpec::new(self.activation.unwrap_or(activation))
             .bias(bias)
             .combine(self.combine);
         if let Some(rows) = self.block_m {
             s = s.block_m(rows);
         }
-        let rows = s.rows_per_block();
-        Ok(s.gate_up(self.tile(rows, None)?)
-            .down(self.tile(rows, self.down_bn)?))
+        // Sizes the shape check refuses later keep the unfitted default.
+        if shape.validate().is_ok() {
+            s = s.fit_to(shape);
+        }
+        let tile = |stage: Stage| -> Result<PrebSpec> {
+            Ok(PrebSpec::try_from(self.tile.apply(s.tile(stage).clone())?)?)
+        };
+        let gate_up = tile(Stage::GateUp)?;
+        let down = match self.down_bn {
+            Some(bn) => tile(Stage::Down)?.bn(bn),
+            None => tile(Stage::Down)?,
+        };
+        Ok(s.gate_up(gate_up).down(down))
     }
 }
 
@@ -191,7 +240,8 @@ pub fn run(a: MoeArgs) -> Result<()> {
         .as_deref()
         .map(|p| MoeWeightFile::open(p, a.layer.as_deref()))
         .transpose()?;
-    let mut shape = a.model.shape();
+    let model = a.layer_model()?;
+    let mut shape = model.shape;
     if let Some(f) = &file {
         if a.hidden.is_some() || a.inter.is_some() || a.experts.is_some() {
             bail!("--experts, --hidden and --inter come from the weights file with --weights");
@@ -208,9 +258,9 @@ pub fn run(a: MoeArgs) -> Result<()> {
             f.path().display()
         ),
         (Some(f), b) => b.unwrap_or(f.has_bias()),
-        (None, b) => b.unwrap_or(a.model.model.bias),
+        (None, b) => b.unwrap_or(model.bias),
     };
-    let spec = a.spec(a.model.model.activation, bias)?;
+    let spec = a.spec(model.activation, bias, &shape)?;
     // Everything that can be refused is refused before inputs are made or LLVM runs.
     spec.validate().context("checking the kernels' spec")?;
     let traces = if a.timing {
@@ -240,7 +290,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
     let most_touched = shape.experts.min(a.tokens.saturating_mul(shape.topk));
     let per_expert: usize = expert_group_bytes(&shape)?.iter().sum();
     check_host(&shape, a.tokens, most_touched, per_expert)?;
-    let scoring = scoring(&a.model, shape.experts, shape.topk, a.seed);
+    let scoring = scoring(model.router, shape.experts, shape.topk, a.seed);
     let routing = match a.routing {
         RoutingKind::Uniform => random_routing(&shape, a.tokens, &scoring, a.seed)?,
         RoutingKind::Skewed => skewed_routing(&shape, a.tokens, &scoring, a.seed)?,
@@ -255,7 +305,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
         None => Source::Random(a.seed),
     };
     let mut summary = json!({
-        "model": a.model.model.name,
+        "model": model.name,
         "shape": shape,
         "padded": {"hidden": shape.hidden_padded(), "inter": shape.inter_padded()},
         "tokens": a.tokens,
@@ -651,7 +701,7 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
     let spec = layer.spec();
     println!(
         "MXFP4 MoE layer {}: {} experts top-{}, hidden {} (padded {}), intermediate {} (padded {}), {} tokens, {:?}, {:?} combine",
-        a.model.model.name,
+        s["model"].as_str().unwrap_or(""),
         shape.experts,
         shape.topk,
         shape.hidden,

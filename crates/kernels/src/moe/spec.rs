@@ -134,6 +134,31 @@ impl MoeSpec {
         }
     }
 
+    /// The spec fitted to a layer's sizes, as a tensor-parallel shard gives them: each GEMM
+    /// stage's `bk_elems` becomes the largest multiple of 256 not above its own that divides
+    /// the stage's K (the padded hidden size for gate/up, the padded intermediate size for
+    /// down; both are multiples of 256, so one always does). A shard's intermediate size
+    /// (DeepSeek-V3's 2048 over 8 ranks is 256, gpt-oss's 2880 over 8 is 360, padded to 512)
+    /// is often not a whole number of the default 512-element K tiles. Every other knob is
+    /// kept; sizes [`MoeShape::validate`] refuses are left for [`MoeSpec::check_shape`] to name.
+    pub fn fit_to(mut self, shape: &MoeShape) -> Self {
+        let fit = |tile: PrebSpec, k: usize| {
+            let k = k as u64;
+            let cur = u64::from(tile.bk_elems);
+            match (1..=cur / 256)
+                .rev()
+                .map(|n| n * 256)
+                .find(|&bk| k.is_multiple_of(bk))
+            {
+                Some(bk) if bk != cur && k > 0 => tile.bk_elems(bk as u32),
+                _ => tile,
+            }
+        };
+        self.gate_up = fit(self.gate_up, shape.hidden_padded());
+        self.down = fit(self.down, shape.inter_padded());
+        self
+    }
+
     /// Rows per sorted block (`BM` of both stages; the routing's `sort(block_m)`).
     pub fn block_m(mut self, rows: u32) -> Self {
         self.block_m = rows;
@@ -296,21 +321,31 @@ impl MoeSpec {
             Err(e) => return fail(e.to_string()),
         }
         let (hp, ip) = (shape.hidden_padded() as u64, shape.inter_padded() as u64);
+        // The sizes as given, and their padding when it differs: the K a tile divides.
+        let padded = |v: usize, p: u64| {
+            if v as u64 == p {
+                format!("{v}")
+            } else {
+                format!("{v} (padded to {p})")
+            }
+        };
         if !hp.is_multiple_of(u64::from(self.gate_up.bk_elems)) {
             return fail(format!(
-                "the padded hidden size {hp} is not a whole number of the gate/up kernel's bk_elems = {} tiles",
+                "hidden {} is not a multiple of the gate/up kernel's bk_elems {}",
+                padded(shape.hidden, hp),
                 self.gate_up.bk_elems
             ));
         }
         if !ip.is_multiple_of(u64::from(self.down.bk_elems)) {
             return fail(format!(
-                "the padded intermediate size {ip} is not a whole number of the down kernel's bk_elems = {} tiles",
+                "inter {} is not a multiple of the down kernel's bk_elems {}",
+                padded(shape.inter, ip),
                 self.down.bk_elems
             ));
         }
         if !(2 * ip).is_multiple_of(u64::from(self.gate_up.bn)) {
             return fail(format!(
-                "the gate/up width {} is not a whole number of bn = {} tiles",
+                "the gate/up width {} (twice inter, padded) is not a multiple of the gate/up kernel's bn {}",
                 2 * ip,
                 self.gate_up.bn
             ));
@@ -470,5 +505,100 @@ mod tests {
             ..oss
         };
         assert!(s.check_shape(&bad).is_err());
+    }
+
+    /// Every size a tensor-parallel shard of the shipped models gives (DeepSeek-V3's and
+    /// Kimi-K2's intermediate 2048, Qwen3's 1536 and 768, gpt-oss's 2880, over 1 to 8 ranks)
+    /// builds with the default spec fitted to it, and the fit changes only `bk_elems`. A rank
+    /// of an MXFP4 checkpoint holds whole 32-element blocks, so gpt-oss's 2880 over 4 and 8
+    /// ranks (720 and 360: 22.5 and 11.25 blocks) is a rank of 736 and 384.
+    #[test]
+    fn the_default_spec_fits_every_tensor_parallel_shard() {
+        let mut inters: Vec<usize> = [2048usize, 1536, 768, 2880]
+            .iter()
+            .flat_map(|&i| [1, 2, 4, 8].map(|tp| (i / tp).next_multiple_of(32)))
+            .collect();
+        inters.extend([384, 512]);
+        for hidden in [2880, 3072, 4096, 7168] {
+            for &inter in &inters {
+                let shape = MoeShape {
+                    experts: 257,
+                    topk: 9,
+                    hidden,
+                    inter,
+                };
+                let s = MoeSpec::new(Activation::SiluMul).fit_to(&shape);
+                s.validate().unwrap();
+                s.check_shape(&shape)
+                    .unwrap_or_else(|e| panic!("hidden {hidden}, inter {inter}: {e}"));
+                let k = |st| u64::from(s.tile(st).bk_elems);
+                assert_eq!(
+                    k(Stage::Down),
+                    if shape.inter_padded().is_multiple_of(512) {
+                        512
+                    } else {
+                        256
+                    },
+                    "inter {inter}"
+                );
+                assert_eq!(
+                    s.clone()
+                        .gate_up(MoeSpec::default_tile(32))
+                        .down(MoeSpec::default_tile(32)),
+                    MoeSpec::new(Activation::SiluMul),
+                    "only the tiles change"
+                );
+            }
+        }
+        // A tile with a larger K step keeps the largest divisor below it.
+        let shape = MoeShape {
+            experts: 8,
+            topk: 2,
+            hidden: 3072,
+            inter: 768,
+        };
+        let s = MoeSpec::new(Activation::SiluMul)
+            .gate_up(MoeSpec::default_tile(32).bk_elems(2048))
+            .down(MoeSpec::default_tile(32).bk_elems(1024))
+            .fit_to(&shape);
+        assert_eq!(s.tile(Stage::GateUp).bk_elems, 1536);
+        assert_eq!(s.tile(Stage::Down).bk_elems, 768);
+        // Unfitted, the refusal names the sizes plainly.
+        let e = MoeSpec::new(Activation::SiluMul)
+            .fit_to(&shape)
+            .check_shape(&MoeShape {
+                inter: 360,
+                ..shape
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("inter = 360 must be a multiple of 32 (whole MX blocks)"),
+            "{e}"
+        );
+        let e = MoeSpec::new(Activation::SiluMul)
+            .check_shape(&MoeShape {
+                inter: 640,
+                ..shape
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with(
+                "inter 640 (padded to 768) is not a multiple of the down kernel's bk_elems 512"
+            ),
+            "{e}"
+        );
+        let e = MoeSpec::new(Activation::SiluMul)
+            .check_shape(&MoeShape {
+                inter: 256,
+                ..shape
+            })
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "MoE layer of 8 experts top-2, hidden 3072, intermediate 256: inter 256 is not a multiple of the down kernel's bk_elems 512"
+        );
     }
 }
