@@ -61,6 +61,12 @@ static void cpu_checks(hsa_agent_t cpu) {
   CHECK_OK("cpu float rounding",
            hsa_agent_get_info(cpu, HSA_AGENT_INFO_DEFAULT_FLOAT_ROUNDING_MODE, &mode));
   CHECK("cpu float rounding is NEAR", mode == HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR, "%d", mode);
+  char cpu_name[64] = {0};
+  uint32_t mhz = 0;
+  CHECK_OK("cpu name", hsa_agent_get_info(cpu, HSA_AGENT_INFO_NAME, cpu_name));
+  CHECK("cpu is named", cpu_name[0] != 0, "empty");
+  CHECK_OK("cpu MAX_CLOCK_FREQUENCY",
+           hsa_agent_get_info(cpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY, &mhz));
   CHECK_OK("cpu isa", hsa_agent_get_info(cpu, HSA_AGENT_INFO_ISA, &isa));
   CHECK("cpu has no isa", isa.handle == 0, "%#lx", (unsigned long)isa.handle);
 }

@@ -229,19 +229,37 @@ const GPU_WATCH_POINTS: u32 = 4;
 /// FBARRIER_MAX_SIZE (ROCr's GPU agent: 32).
 const GPU_FBARRIERS: u32 = 32;
 
-/// The host CPU's model name (ROCr names the CPU agent after it), from /proc/cpuinfo.
+/// A field of the first processor in /proc/cpuinfo.
+fn cpuinfo(field: &str) -> Option<String> {
+    std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == field))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    })
+}
+
+/// The host CPU's model name (ROCr names the CPU agent after it).
 fn cpu_name() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/proc/cpuinfo")
+    NAME.get_or_init(|| cpuinfo("model name").unwrap_or_else(|| "CPU".to_string()))
+}
+
+/// The host CPU's clock in MHz (ROCr reports the CPU agent's from the driver): the highest
+/// cpufreq allows, else the clock /proc/cpuinfo reports, else 0 when neither is readable.
+fn cpu_mhz() -> u32 {
+    static MHZ: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MHZ.get_or_init(|| {
+        std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
+            .and_then(|khz| khz.trim().parse::<u64>().ok())
+            .map(|khz| (khz / 1000) as u32)
+            .or_else(|| {
+                cpuinfo("cpu MHz")
+                    .and_then(|m| m.parse::<f64>().ok())
+                    .map(|m| m.round() as u32)
             })
-            .unwrap_or_else(|| "CPU".to_string())
+            .unwrap_or(0)
     })
 }
 
@@ -351,8 +369,9 @@ pub(crate) unsafe fn agent_info(
             sys::AMD_AGENT_INFO_COMPUTE_UNIT_COUNT => {
                 put::<u32>(value, if gpu { COMPUTE_UNITS } else { cpus })
             }
-            // HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY (MHz): the MI355X's peak engine clock.
-            0xA003 => put::<u32>(value, g(2400)),
+            // HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY (MHz): the MI355X's peak engine clock;
+            // the host's for the CPU.
+            0xA003 => put::<u32>(value, if gpu { 2400 } else { cpu_mhz() }),
             // HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: the KFD node (the CPU is node 0).
             0xA004 => put::<u32>(value, u32::from(gpu)),
             0xA005 => put::<u32>(value, g(GPU_WATCH_POINTS)),
