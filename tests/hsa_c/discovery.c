@@ -15,6 +15,8 @@ enum {
   AGENT_IOMMU_SUPPORT = 0xA110,
   AGENT_NUM_XCC = 0xA111,
   AGENT_MEMORY_PROPERTIES = 0xA114,
+  AGENT_TIMESTAMP_FREQUENCY = 0xA016, /* HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY */
+  AGENT_NEAREST_CPU = 0xA113,
   POOL_LOCATION = 17, /* HSA_AMD_MEMORY_POOL_INFO_LOCATION */
   POOL_REC_GRANULE = 18, /* HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_REC_GRANULE */
 };
@@ -143,6 +145,28 @@ static void gpu_checks(hsa_agent_t gpu) {
         "null");
   if (hdp.HDP_MEM_FLUSH_CNTL)
     *hdp.HDP_MEM_FLUSH_CNTL = 1;
+  CHECK_OK("gpu COOPERATIVE_COMPUTE_UNIT_COUNT",
+           hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT,
+                              &u));
+  uint64_t agent_freq = 0, system_freq = 1;
+  hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY, &system_freq);
+  CHECK_OK("gpu TIMESTAMP_FREQUENCY",
+           hsa_agent_get_info(gpu, (hsa_agent_info_t)AGENT_TIMESTAMP_FREQUENCY, &agent_freq));
+  CHECK("gpu timestamps tick as the system's", agent_freq == system_freq, "%lu vs %lu",
+        (unsigned long)agent_freq, (unsigned long)system_freq);
+  hsa_agent_t nearest = {0}, cpu_agent = {0};
+  struct agents all = {0};
+  hsa_iterate_agents(find_agent, &all);
+  cpu_agent = all.cpu;
+  CHECK_OK("gpu NEAREST_CPU", hsa_agent_get_info(gpu, (hsa_agent_info_t)AGENT_NEAREST_CPU, &nearest));
+  CHECK("the nearest cpu is the cpu agent", nearest.handle == cpu_agent.handle, "%#lx",
+        (unsigned long)nearest.handle);
+  hsa_default_float_rounding_mode_t base_mode = 0;
+  CHECK_OK("gpu BASE_PROFILE_DEFAULT_FLOAT_ROUNDING_MODES",
+           hsa_agent_get_info(gpu, HSA_AGENT_INFO_BASE_PROFILE_DEFAULT_FLOAT_ROUNDING_MODES,
+                              &base_mode));
+  CHECK("gpu base-profile rounding is NEAR", base_mode == HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR, "%d",
+        base_mode);
   CHECK_OK("gpu COMPUTE_UNIT_COUNT",
            hsa_agent_get_info(gpu, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, &u));
   CHECK("gpu has 256 CUs", u == 256, "%u", u);
@@ -200,6 +224,11 @@ static void pool_checks(hsa_agent_t owner, hsa_agent_t cpu, hsa_agent_t gpu,
   CHECK_OK(NAMED("RUNTIME_ALLOC_REC_GRANULE"),
            hsa_amd_memory_pool_get_info(pool, (hsa_amd_memory_pool_info_t)POOL_REC_GRANULE, &rec));
   CHECK(NAMED("recommended granule"), rec == e->rec_granule, "%zu", rec);
+  size_t max_alloc = 1;
+  CHECK_OK(NAMED("ALLOC_MAX_SIZE"),
+           hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE, &max_alloc));
+  CHECK(NAMED("allocations up to its size, none from the group segment"),
+        max_alloc == (e->segment == HSA_AMD_SEGMENT_GROUP ? 0 : size), "%zu of %zu", max_alloc, size);
   if (e->segment == HSA_AMD_SEGMENT_GROUP) {
     CHECK(NAMED("is the 160 KiB LDS, not allocatable"), size == 160 * 1024 && !alloc && granule == 0,
           "size %zu, allocatable %d, granule %zu", size, alloc, granule);
@@ -264,6 +293,10 @@ static void region_checks(hsa_agent_t cpu, hsa_agent_t gpu) {
   CHECK("the gpu lists its three regions and the system's", g.n == 6 && g.system == 3,
         "%d regions, %d system", g.n, g.system);
   CHECK("the gpu finds a kernarg region (vector_copy's search)", g.kernarg == 1, "%d", g.kernarg);
+  void *base = (void *)1;
+  CHECK_OK("kernarg region BASE",
+           hsa_region_get_info(g.kernarg_region, (hsa_region_info_t)HSA_AMD_REGION_INFO_BASE, &base));
+  CHECK("system memory has no aperture base", base == NULL, "%p", base);
   size_t granule = 0;
   CHECK_OK("kernarg region RUNTIME_ALLOC_GRANULE",
            hsa_region_get_info(g.kernarg_region, HSA_REGION_INFO_RUNTIME_ALLOC_GRANULE, &granule));
