@@ -1,12 +1,15 @@
 //! tilegen-hsa-emu: an HSA runtime library over the gfx950 emulator.
 //!
-//! Built as `libtilegen_hsa_emu.so`, it exports the part of the HSA C API (`hsa.h`,
-//! `hsa_ext_amd.h`) that tilegen's `HsaDevice` uses, with HSA's signatures and status codes, so
-//! an HSA program runs without a GPU: point `TILEGEN_HSA_LIB` at it (or dlopen it in place of
-//! `libhsa-runtime64.so.1`). It is how CI proves the HSA path end to end.
+//! Built as `libtilegen_hsa_emu.so`, it exports the HSA C API (`hsa.h`, `hsa_ext_amd.h`,
+//! `hsa_ext_image.h`) that tilegen's `HsaDevice`, ROCr's samples, rocminfo and HIP call, with
+//! HSA's signatures and status codes, linked as ROCr is (SONAME `libhsa-runtime64.so.1`, every
+//! symbol in version node `ROCR_1`), so an unmodified HSA program runs without a GPU: install
+//! it under ROCr's name (`cargo xtask hsa-emu-install DIR`) and put DIR on `LD_LIBRARY_PATH`,
+//! or point `TILEGEN_HSA_LIB` at it. It is how CI proves the HSA path end to end.
 //!
-//! What it models:
-//! - two agents: a CPU, and a GPU named `gfx950` with 256 compute units;
+//! What it models (values are what ROCr reports for an MI355X and its host):
+//! - two agents: a full-profile CPU, and a base-profile GPU named `gfx950` with 256 compute
+//!   units and ISA `amdgcn-amd-amdhsa--gfx950:sramecc+:xnack-`;
 //! - memory pools (and regions, the same objects): the CPU's fine-grained, kernarg and
 //!   coarse-grained system pools, and the GPU's coarse-grained pool (the emulator's device
 //!   memory, reached with copies), fine-grained pool and group segment. System and
@@ -17,8 +20,11 @@
 //!   header and rings the doorbell; a processor thread per queue reads the packets after the
 //!   doorbell and runs kernel dispatches on the emulator (barrier-AND packets wait for their
 //!   signals), decrementing the completion signal when the kernel is done;
-//! - code objects: readers from memory, executables loaded for the gfx950 agent and frozen,
-//!   kernel symbols (kernel object, kernarg, group and private segment sizes);
+//! - code objects v4, v5 and v6: readers from memory and files (and the legacy deserialized
+//!   objects), executables loaded for the gfx950 agent and frozen, kernel symbols named
+//!   `name.kd` (kernel object, kernarg, group and private segment sizes);
+//! - asynchronous copies and fills, locked memory, pointer information, and profiling: a
+//!   profiled dispatch's or copy's start and end are host times in system timestamp ticks;
 //! - errors: misuse returns HSA's statuses (a bad queue, an unknown symbol, freed memory, a
 //!   packet whose kernel object is no kernel), and a kernel that faults stops its queue with an
 //!   error status reported to the queue's callback (memory faults also go to the system event
@@ -37,15 +43,15 @@
 
 mod ext;
 mod loader;
-
-// The exported entry points: `hsa_*` symbols in ROCr's version node, each jumping to the
-// Rust function of its name (see build.rs).
-include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
 mod memory;
 mod queue;
 mod signal;
 mod state;
 mod status;
+
+// The exported entry points: `hsa_*` symbols in ROCr's version node, each jumping to the
+// Rust function of its name (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
 
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
