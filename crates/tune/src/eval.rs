@@ -178,6 +178,16 @@ fn sizes(kernel: &CompiledKernel, shape: &Shape) -> Result<[u64; 5], EvalError> 
     Ok([s.c, s.a, s.b, s.sfa, s.sfb])
 }
 
+/// Byte sizes of what the GEMM kernel itself writes (C, or the split-K workspace when the
+/// reduction writes C), A, B, A scales, B scales.
+fn gemm_sizes(kernel: &CompiledKernel, shape: &Shape) -> Result<[u64; 5], EvalError> {
+    let mut s = sizes(kernel, shape)?;
+    if kernel.reduce_name().is_some() {
+        s[0] = kernel.workspace_bytes(shape.m as usize, shape.n as usize);
+    }
+    Ok(s)
+}
+
 fn gemm_args(kernel: &CompiledKernel, b: &GemmBuffers, shape: &Shape) -> [ArgValue; 8] {
     kernel.arguments(b, shape.m as usize, shape.n as usize, shape.k as usize)
 }
@@ -211,29 +221,93 @@ impl ModelEvaluator {
         tilegen_arch::COMPUTE_UNITS
     }
 
-    /// Predicts `kernel` on `shape`.
+    /// Predicts `kernel`'s launch on `shape`: the time is every kernel's of the launch (the
+    /// GEMM's, and the split-K reduction's when it has one, each with its launch overhead);
+    /// the detail describes the GEMM kernel.
     pub fn measure(
         &self,
         kernel: &CompiledKernel,
         shape: &Shape,
     ) -> Result<Measurement, EvalError> {
-        let p = self.predict(kernel, shape)?;
+        let launch = self.predict_launch(kernel, shape)?;
         Ok(Measurement {
-            us: p.us,
+            us: launch.iter().map(|p| p.us).sum(),
             repeats: 1,
             spread: 0.0,
-            detail: Detail::Model(ModelDetail::from(&p)),
+            detail: Detail::Model(ModelDetail::from(&launch[0])),
         })
     }
 
-    /// The model's whole prediction of `kernel` on `shape` (stalls, and the trace when the
-    /// options ask for one).
+    /// The model's prediction of every kernel `kernel`'s launch runs on `shape`, in launch
+    /// order: the GEMM ([`ModelEvaluator::predict`]), then the split-K reduction
+    /// ([`ModelEvaluator::predict_reduce`]) when it has one. Never empty.
+    pub fn predict_launch(
+        &self,
+        kernel: &CompiledKernel,
+        shape: &Shape,
+    ) -> Result<Vec<timing::Prediction>, EvalError> {
+        let mut launch = vec![self.predict(kernel, shape)?];
+        if let Some(reduce) = self.predict_reduce(kernel, shape)? {
+            launch.push(reduce);
+        }
+        Ok(launch)
+    }
+
+    /// The model's prediction of the split-K reduction of `kernel` on `shape` (on a lazily
+    /// zeroed workspace: the model sees the planes' reads, not what wrote them), or `None`
+    /// when the launch has none.
+    pub fn predict_reduce(
+        &self,
+        kernel: &CompiledKernel,
+        shape: &Shape,
+    ) -> Result<Option<timing::Prediction>, EvalError> {
+        let Some(name) = kernel.reduce_name() else {
+            return Ok(None);
+        };
+        let (m, n) = (shape.m as usize, shape.n as usize);
+        let co = CodeObject::parse(kernel.code_object())?;
+        let kd = co
+            .kernel(&name)
+            .ok_or_else(|| EvalError::NoKernel(name.clone()))?;
+        let mut mem = DeviceMemory::new();
+        let prog = Program::load(&mut mem, &co, &name)?;
+        let mut alloc = |bytes: u64| {
+            mem.alloc_lazy(bytes.max(1))
+                .map(DevicePtr)
+                .map_err(|source| EvalError::Alloc { bytes, source })
+        };
+        let c = alloc(sizes(kernel, shape)?[0])?;
+        let workspace = alloc(kernel.workspace_bytes(m, n))?;
+        let config = kernel.reduce_launch_config(m, n);
+        let kernarg = tilegen_runtime::kernargs::build(
+            kd,
+            &config,
+            &kernel.reduce_arguments(c, workspace, m, n),
+        )?;
+        let launch = TimingLaunch {
+            grid: config.grid,
+            block: config.block,
+            dynamic_lds: config.dynamic_lds,
+            kernarg: &kernarg,
+        };
+        Ok(Some(timing::predict(
+            &mut mem,
+            &prog,
+            &launch,
+            &self.params,
+            &self.options,
+        )?))
+    }
+
+    /// The model's whole prediction of `kernel`'s GEMM kernel on `shape` (stalls, and the
+    /// trace when the options ask for one); a split-K reduction that follows it is
+    /// [`ModelEvaluator::predict_reduce`]'s.
     pub fn predict(
         &self,
         kernel: &CompiledKernel,
         shape: &Shape,
     ) -> Result<timing::Prediction, EvalError> {
-        let sizes = sizes(kernel, shape)?;
+        let sizes = gemm_sizes(kernel, shape)?;
         let co = CodeObject::parse(kernel.code_object())?;
         let kd = co
             .kernel(kernel.name())
@@ -373,6 +447,36 @@ impl DeviceEvaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A split-K launch with the f32 workspace is timed as its two kernels; one with atomics,
+    /// or without a split, as one.
+    #[test]
+    fn split_k_reduction_is_timed_with_the_gemm() {
+        let model = ModelEvaluator {
+            options: TimingOptions {
+                max_cus: Some(2),
+                ..TimingOptions::default()
+            },
+            ..ModelEvaluator::default()
+        };
+        let shape = Shape {
+            m: 4,
+            n: 256,
+            k: 1024,
+        };
+        let tile = || KernelSpec::preb().bm(16).bk_elems(256);
+        let exact = compile(&tile().split_k(4).into()).unwrap();
+        let launch = model.predict_launch(&exact, &shape).unwrap();
+        assert_eq!(launch.len(), 2);
+        assert!(launch.iter().all(|p| p.us > 0.0));
+        let m = model.measure(&exact, &shape).unwrap();
+        assert_eq!(m.us, launch[0].us + launch[1].us);
+        for single in [tile().split_k(4).split_k_atomic(true), tile()] {
+            let kernel = compile(&single.into()).unwrap();
+            assert_eq!(model.predict_launch(&kernel, &shape).unwrap().len(), 1);
+            assert!(model.predict_reduce(&kernel, &shape).unwrap().is_none());
+        }
+    }
 
     /// The detail a row stores is the text the untyped JSON map wrote: the same keys in the
     /// same order, the same numbers, `null` for a number that is not finite.

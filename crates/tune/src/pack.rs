@@ -225,6 +225,11 @@ pub struct ManifestKernel {
     pub sha256: String,
     /// Its size.
     pub bytes: u64,
+    /// How far, in bf16 ulps, an element of its C may be from the f32-accumulated product
+    /// rounded once ([`KernelSpec::bf16_ulps`]: 1, or `split_k` for a split-K kernel adding
+    /// bf16 with atomics); absent in a manifest from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_ulps: Option<u32>,
     /// Shapes it serves.
     pub shapes: Vec<Served>,
 }
@@ -339,13 +344,19 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PackE
 }
 
 /// The best measured row of each template shape (a device measurement over the model's
-/// prediction, then the shortest time).
+/// prediction, then the shortest time). A kernel whose bf16 C may be more than one ulp from
+/// the once-rounded product (split-K with bf16 atomics) is chosen only when the template
+/// allows it (`split_k_atomic = true`), whatever rows the database holds.
 pub fn choose(template: &Template, db: &Db) -> Result<HashMap<Shape, Row>, DbError> {
     let shapes: BTreeSet<Shape> = template.shapes().into_iter().collect();
     let mut best: HashMap<Shape, Row> = HashMap::new();
     for r in db.results()? {
         if r.status != Status::Ok || r.gfx != TARGET || r.spec.out_dtype != template.space.out_dtype
         {
+            continue;
+        }
+        let inexact = KernelSpec::try_from(r.spec.clone()).is_ok_and(|s| s.bf16_ulps() > 1);
+        if inexact && !template.space.split_k_atomic {
             continue;
         }
         let Some(us) = r.us else { continue };
@@ -795,6 +806,7 @@ pub fn build(
             file,
             sha256: sha256_hex(k.code_object()),
             bytes: k.code_object().len() as u64,
+            bf16_ulps: Some(k.spec().bf16_ulps()),
             shapes: served.remove(k.cache_key()).unwrap_or_default(),
         });
     }
@@ -983,12 +995,29 @@ fn read_verified(dir: &Path) -> Result<(Manifest, Vec<Vec<u8>>), PackError> {
                 k.cache_key
             )));
         }
+        if let Some(ulps) = k.bf16_ulps
+            && ulps != spec.bf16_ulps()
+        {
+            return Err(tampered(format!(
+                "kernel {}: the manifest bounds it to {ulps} bf16 ulps, its spec to {}",
+                k.name,
+                spec.bf16_ulps()
+            )));
+        }
         let co = tilegen_codeobj::CodeObject::parse(&bytes)
             .map_err(|e| tampered(format!("{} is not a code object: {e}", k.file)))?;
         if co.kernel(&k.name).is_none() {
             return Err(tampered(format!(
                 "{} does not hold kernel {}",
                 k.file, k.name
+            )));
+        }
+        if spec.reduces_split_k() && co.kernel(&spec.reduce_name()).is_none() {
+            return Err(tampered(format!(
+                "{} does not hold kernel {}, the split-K reduction of {}",
+                k.file,
+                spec.reduce_name(),
+                k.name
             )));
         }
         if k.shapes.is_empty() {

@@ -120,6 +120,12 @@ fn apply(space: &Space, k: Knob, spec: Option<&KernelSpec>, c: Choice) -> Kernel
             let mut s = s.clone();
             // The choices are the knob's own values, where the spec has the knob.
             let _ = k.set(&mut s, v);
+            // A split-K spec adds with atomics only where the template says so (the knob has
+            // no place, and is refused, without a split).
+            if k == Knob::SplitK {
+                let atomic = space.split_k_atomic && v != KnobValue::Count(1);
+                let _ = Knob::SplitKAtomic.set(&mut s, KnobValue::Flag(atomic));
+            }
             s
         }
         (Some(s), None) => s.clone(),
@@ -257,7 +263,7 @@ pub fn default_spec(space: &Space) -> KernelSpec {
 
 /// Whether `spec` is worth evaluating on `shape`. A split-K spec runs only where K divides into
 /// its slices, and is skipped where the tiles alone already give every CU a workgroup (the
-/// split then only adds atomics). With `prune_tall_tiles`, a spec whose BM is taller than the
+/// split then only adds the partials' traffic and their reduction). With `prune_tall_tiles`, a spec whose BM is taller than the
 /// shortest BM of the space that covers M in one tile computes only padding rows, and is
 /// skipped (the default spec never is).
 pub fn worth(space: &Space, spec: &KernelSpec, shape: &Shape) -> bool {

@@ -85,6 +85,11 @@ pub struct Space {
     axes: Vec<(Knob, Vec<KnobValue>)>,
     /// Element type of C (one per template: a pack serves one C type).
     pub out_dtype: OutDtype,
+    /// Whether the template's split-K kernels add into C with atomics (`split_k_atomic =
+    /// true`): faster, but a bf16 C is then up to `split_k` ulps from the once-rounded product
+    /// and its last bit varies from run to run. Off by default: split-K kernels reduce an f32
+    /// workspace and round once.
+    pub split_k_atomic: bool,
     /// Skip a (spec, M) pair when a shorter BM of the space already covers M in one tile: the
     /// taller tile computes only padding rows (on by default).
     pub prune_tall_tiles: bool,
@@ -512,6 +517,7 @@ impl Template {
                 KnobValue::Out(o) => o,
                 _ => OutDtype::Bf16,
             },
+            split_k_atomic: setting(Knob::SplitKAtomic) == KnobValue::Flag(true),
             prune_tall_tiles: s.prune_tall_tiles.unwrap_or(true),
         })
     }
