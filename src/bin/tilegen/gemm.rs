@@ -102,9 +102,11 @@ pub fn run(a: GemmArgs) -> Result<()> {
                 "spec": kernel.spec(),
                 "cache_key": kernel.cache_key(),
                 "report": kernel.report(),
-                "timing": p,
+                "timing": p.gemm,
+                "timing_reduce": p.reduce,
+                "timing_us": p.us(),
                 "timing_k": k_loop_json(&k_loop),
-                "tflops": 2.0 * a.m as f64 * a.n as f64 * a.k as f64 / (p.us * 1e-6) / 1e12,
+                "tflops": 2.0 * a.m as f64 * a.n as f64 * a.k as f64 / (p.us() * 1e-6) / 1e12,
             });
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
@@ -157,7 +159,9 @@ pub fn run(a: GemmArgs) -> Result<()> {
         false => None,
     };
     let summary = serde_json::json!({
-        "timing": prediction,
+        "timing": prediction.as_ref().map(|p| &p.gemm),
+        "timing_reduce": prediction.as_ref().and_then(|p| p.reduce.as_ref()),
+        "timing_us": prediction.as_ref().map(Timed::us),
         "timing_k": prediction.as_ref().map(|_| k_loop_json(&k_loop)),
         "problem": {"m": a.m, "n": a.n, "k": a.k, "seed": a.seed},
         "kernel": kernel.name(),
@@ -262,8 +266,23 @@ fn k_loop_json(k_loop: &KLoop) -> serde_json::Value {
     })
 }
 
-/// The modeled MI355X time of `kernel` at `m x n x k`, on lazily zeroed full-size buffers;
-/// a long main loop per `k_loop`.
+/// The model's times of the kernels of one launch: the GEMM's, and its split-K reduction's
+/// when it has one.
+struct Timed {
+    gemm: tilegen::timing::Prediction,
+    reduce: Option<tilegen::timing::Prediction>,
+}
+
+impl Timed {
+    /// The launch's time: every kernel's.
+    fn us(&self) -> f64 {
+        self.gemm.us + self.reduce.as_ref().map_or(0.0, |p| p.us)
+    }
+}
+
+/// The modeled MI355X time of `kernel`'s launch at `m x n x k`, on lazily zeroed full-size
+/// buffers: the GEMM (a long main loop per `k_loop`; the trace is its), then the split-K
+/// reduction if the launch has one.
 fn predict(
     kernel: &tilegen::CompiledKernel,
     m: usize,
@@ -272,8 +291,47 @@ fn predict(
     model: &crate::timing::ModelArgs,
     trace_out: Option<Output>,
     k_loop: KLoop,
+) -> Result<Timed> {
+    let gemm = predict_gemm(kernel, m, n, k, model, trace_out, k_loop)?;
+    let Some(reduce) = kernel.reduce_name() else {
+        return Ok(Timed { gemm, reduce: None });
+    };
+    let c_bytes = kernel.buffer_sizes(m, n, k)?.c;
+    let workspace = kernel.workspace_bytes(m, n);
+    let p = crate::timing::predict(
+        kernel.code_object(),
+        &reduce,
+        &kernel.reduce_launch_config(m, n),
+        model,
+        None,
+        |memory| {
+            let c = crate::timing::lazy_zero(memory, c_bytes.max(1))?;
+            let w = crate::timing::lazy_zero(memory, workspace.max(1))?;
+            Ok(kernel.reduce_arguments(c, w, m, n).to_vec())
+        },
+    )
+    .with_context(|| format!("modeling {reduce} at {m}x{n}"))?;
+    Ok(Timed {
+        gemm,
+        reduce: Some(p),
+    })
+}
+
+/// The GEMM kernel's part of [`predict`]: its C is the split-K workspace when the reduction
+/// writes C.
+fn predict_gemm(
+    kernel: &tilegen::CompiledKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    model: &crate::timing::ModelArgs,
+    trace_out: Option<Output>,
+    k_loop: KLoop,
 ) -> Result<tilegen::timing::Prediction> {
-    let sizes = kernel.buffer_sizes(m, n, k)?;
+    let mut sizes = kernel.buffer_sizes(m, n, k)?;
+    if kernel.reduce_name().is_some() {
+        sizes.c = kernel.workspace_bytes(m, n);
+    }
     let config = kernel.launch_config(m, n);
     let step_elems = k / k_loop.steps.max(1) as usize;
     crate::timing::predict_loop(
@@ -302,19 +360,20 @@ fn predict(
     .with_context(|| format!("modeling {} at {m}x{n}x{k}", kernel.name()))
 }
 
-fn print_timing(
-    p: &tilegen::timing::Prediction,
-    m: usize,
-    n: usize,
-    k: usize,
-    k_loop: &KLoop,
-) -> Result<()> {
+fn print_timing(t: &Timed, m: usize, n: usize, k: usize, k_loop: &KLoop) -> Result<()> {
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "  modeled MI355X time: {:.2} us = {:.1} TFLOP/s",
-        p.us,
-        flops / (p.us * 1e-6) / 1e12
+        t.us(),
+        flops / (t.us() * 1e-6) / 1e12
     );
+    if let Some(r) = &t.reduce {
+        println!(
+            "  of which the GEMM {:.2} us and the split-K reduction {:.2} us (its own launch)",
+            t.gemm.us, r.us
+        );
+    }
+    let p = &t.gemm;
     match k_loop.extrapolation.filter(|_| k_loop.extrapolated()) {
         Some(x) => println!(
             "  K loop: {} steps, extrapolated from simulations of {} and {} (--full-k simulates every step)",
