@@ -3,7 +3,8 @@
 
 use tilegen_kernels::asm::LoopStats;
 use tilegen_kernels::{
-    BuildError, CachePolicy, KernelSpec, MfmaShape, OutDtype, PrebSpec, SpecError, SpecValues,
+    BuildError, CachePolicy, CompiledKernel, KernelSpec, MfmaShape, OutDtype, PrebSpec, SpecError,
+    SpecValues,
 };
 
 /// (bm, bn, bk_elems, wn): the seed default, a square tile with 32-wide waves, and the smallest
@@ -366,14 +367,21 @@ fn lds_variant_shapes_and_outputs() {
     }
 }
 
-/// Split-K adds into C with the atomic of the output type and stores nothing; one slice stores
-/// and has no atomics. The slice index comes from the workgroup's z id.
+/// Split-K with `split_k_atomic` adds into C with the atomic of the output type and stores
+/// nothing; one slice stores and has no atomics. The slice index comes from the workgroup's z
+/// id.
 #[test]
 fn split_k_adds_with_atomics() {
     for (spec, atomic) in [
-        (KernelSpec::new().split_k(4), "buffer_atomic_pk_add_bf16"),
         (
-            KernelSpec::new().split_k(4).out_dtype(OutDtype::F32),
+            KernelSpec::new().split_k(4).split_k_atomic(true),
+            "buffer_atomic_pk_add_bf16",
+        ),
+        (
+            KernelSpec::new()
+                .split_k(4)
+                .split_k_atomic(true)
+                .out_dtype(OutDtype::F32),
             "buffer_atomic_add_f32",
         ),
         (
@@ -383,7 +391,8 @@ fn split_k_adds_with_atomics() {
                 .wn(16)
                 .bk_elems(256)
                 .b_prefetch(true)
-                .split_k(8),
+                .split_k(8)
+                .split_k_atomic(true),
             "buffer_atomic_pk_add_bf16",
         ),
     ] {
@@ -406,6 +415,52 @@ fn split_k_adds_with_atomics() {
     }
     let one = KernelSpec::new().build().unwrap();
     assert!(!one.asm().contains("buffer_atomic"), "no split: no atomics");
+}
+
+/// Split-K by default: no atomics; the GEMM stores each MMA tile's four f32 accumulators per
+/// lane with one dwordx4 store, and the code object also holds the reduction, which loads one
+/// dwordx4 from each of the S planes and stores the rounded sum once.
+#[test]
+fn split_k_stores_f32_partials_and_reduces_them() {
+    for (spec, stores) in [
+        (KernelSpec::new().split_k(4), "buffer_store_dwordx2"),
+        (
+            KernelSpec::new().split_k(4).out_dtype(OutDtype::F32),
+            "buffer_store_dwordx4",
+        ),
+        (
+            KernelSpec::new()
+                .bm(16)
+                .bn(64)
+                .wn(16)
+                .bk_elems(256)
+                .b_prefetch(true)
+                .split_k(8),
+            "buffer_store_dwordx2",
+        ),
+    ] {
+        let name = spec.kernel_name();
+        let k = spec.build().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let asm = k.asm();
+        assert!(!asm.contains("buffer_atomic"), "{name}: no atomics");
+        let reduce = spec.reduce_name();
+        assert_eq!(k.reduce_name().as_deref(), Some(reduce.as_str()));
+        // The listing holds the GEMM, then the reduction.
+        let at = asm
+            .find(&format!("{reduce}:"))
+            .unwrap_or_else(|| panic!("{name}: no {reduce} in the listing"));
+        let (gemm, sum) = asm.split_at(at);
+        let count = |text: &str, what: &str| text.lines().filter(|l| l.contains(what)).count();
+        let tiles = (spec.bm / 16 * spec.wn / 16) as usize;
+        assert_eq!(count(gemm, "buffer_store_dwordx4"), tiles, "{name}");
+        let slices = spec.knobs().split_k as usize;
+        assert_eq!(count(sum, "buffer_load_dwordx4"), slices, "{name}");
+        assert_eq!(count(sum, "buffer_store"), 1, "{name}");
+        assert_eq!(count(sum, stores), 1, "{name}: {stores}");
+        assert!(
+            CompiledKernel::from_code_object(spec.clone().into(), k.code_object().to_vec()).is_ok()
+        );
+    }
 }
 
 /// Waves along M: a 128x256 tile of 8 waves (2 x 4) and a 256x256 one, each wave's MFMAs and

@@ -633,6 +633,14 @@ macro_rules! as_kernel_spec {
             pub fn cache_key(&self) -> String {
                 KernelSpec::from(self.clone()).cache_key()
             }
+            /// The split-K reduction's symbol name (see [`KernelSpec::reduce_name`]).
+            pub fn reduce_name(&self) -> String {
+                KernelSpec::from(self.clone()).reduce_name()
+            }
+            /// The bound on C's distance in bf16 ulps (see [`KernelSpec::bf16_ulps`]).
+            pub fn bf16_ulps(&self) -> u32 {
+                KernelSpec::from(self.clone()).bf16_ulps()
+            }
             /// The stored form.
             pub fn values(&self) -> SpecValues {
                 KernelSpec::from(self.clone()).values()
