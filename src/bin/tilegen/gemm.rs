@@ -386,6 +386,14 @@ fn print_timing(t: &Timed, m: usize, n: usize, k: usize, k_loop: &KLoop) -> Resu
     for line in String::from_utf8_lossy(&text).lines() {
         println!("    {line}");
     }
+    if let Some(r) = &t.reduce {
+        println!("  split-K reduction:");
+        let mut text = Vec::new();
+        crate::timing::describe(r, &mut text)?;
+        for line in String::from_utf8_lossy(&text).lines() {
+            println!("    {line}");
+        }
+    }
     Ok(())
 }
 
