@@ -206,6 +206,20 @@ pub fn markdown(reports: &[ShapeReport]) -> String {
             r.failed
         );
     }
+    // A winner that is fast because it rounds more says so.
+    let inexact: Vec<String> = reports
+        .iter()
+        .filter_map(|r| {
+            let ulps = KernelSpec::try_from(r.best.spec.clone()).ok()?.bf16_ulps();
+            (ulps > 1).then(|| format!("`{}` (up to {ulps})", cell(&r.best.kernel)))
+        })
+        .collect();
+    if !inexact.is_empty() {
+        s += &format!(
+            "\nSplit-K with bf16 atomics (the template allows it): these best kernels' C may be more than one bf16 ulp from the once-rounded product, and its last bit varies from run to run: {}.\n",
+            inexact.join(", ")
+        );
+    }
     s
 }
 
@@ -429,6 +443,23 @@ mod tests {
         assert!(!csv.contains("NaN") && !csv.contains("inf"), "{csv}");
         assert_eq!(table.len(), 2 + odd.len(), "{md}");
         assert!(table.iter().all(|l| l.matches('|').count() == 14), "{md}");
+    }
+
+    /// A best kernel with bf16 atomics is named below the table with its bound; an exact
+    /// split-K one is not.
+    #[test]
+    fn a_winner_with_bf16_atomics_says_so() {
+        let mut exact = row(16, "e", Some(2.0), Some(1.0));
+        exact.spec = KernelSpec::preb().split_k(4).values();
+        let md = markdown(&per_shape(&[exact.clone()], None));
+        assert!(!md.contains("bf16 atomics"), "{md}");
+        let mut atomic = row(16, "a", Some(1.0), Some(2.0));
+        atomic.spec = KernelSpec::preb().split_k(4).split_k_atomic(true).values();
+        let md = markdown(&per_shape(&[exact, atomic], None));
+        assert!(
+            md.contains("bf16 atomics") && md.contains("(up to 4)"),
+            "{md}"
+        );
     }
 
     /// A model-ranked best whose margin over the runner-up is inside the model's held-out
