@@ -620,4 +620,28 @@ mod tests {
                 .is_ok()
         );
     }
+
+    /// A sibling linked into a kernel compiles into the same code object, both callable by
+    /// name; a kernel of another context is refused.
+    #[test]
+    fn linked_kernels_share_a_code_object() {
+        let ctx = Context::create();
+        let k = test_kernel(&ctx);
+        let attrs = KernelAttrs {
+            workgroup_size: 128,
+            waves_per_eu: None,
+        };
+        let other = k.sibling("k_second", &Signature::new(), attrs).unwrap();
+        other.finish().unwrap();
+        k.link(other).unwrap();
+        k.finish().unwrap();
+        let out = crate::compile(&k, crate::CompileOptions::default()).unwrap();
+        let co = tilegen_codeobj::CodeObject::parse(&out.code_object).unwrap();
+        assert!(co.kernel("k").is_some() && co.kernel("k_second").is_some());
+
+        let (ctx2, ctx3) = (Context::create(), Context::create());
+        let (a, b) = (test_kernel(&ctx2), test_kernel(&ctx3));
+        let e = a.link(b).unwrap_err();
+        assert!(matches!(e, DslError::Operand { op: "link", .. }), "{e}");
+    }
 }
