@@ -155,3 +155,52 @@ fn split_k_workspace_f32_output() {
         assert_eq!(got as f64, want, "element ({m}, {n})");
     }
 }
+
+/// A caller's workspace: too small is refused before anything runs; one holding an earlier
+/// launch's partials (or garbage) is overwritten, and C is the same as with a fresh one.
+#[test]
+fn a_callers_workspace_is_checked_and_reused() {
+    use tilegen_kernels::{GemmBuffers, LaunchError};
+    use tilegen_runtime::{Buffer, Device};
+    let kernel = decode_tile().split_k(4).build().unwrap();
+    let (m, n, kd) = (3, 80, 2048);
+    let (a, b) = (narrow(m, kd, 3), narrow(n, kd, 4));
+    let inputs = kernel.prepare_inputs(&a, &b).unwrap();
+    let dev = EmuDevice::new();
+    let (fresh, _) = kernel.run(&dev, &inputs).unwrap();
+    let module = kernel.load(&dev).unwrap();
+    let c = Buffer::new(&dev, kernel.c_bytes(m, n) as u64).unwrap();
+    let (ab, bb) = (
+        Buffer::upload(&dev, inputs.a()).unwrap(),
+        Buffer::upload(&dev, inputs.b()).unwrap(),
+    );
+    let (sfa, sfb) = (
+        Buffer::upload(&dev, inputs.sfa()).unwrap(),
+        Buffer::upload(&dev, inputs.sfb()).unwrap(),
+    );
+    let bufs = GemmBuffers {
+        c: c.ptr(),
+        a: ab.ptr(),
+        b: bb.ptr(),
+        sfa: sfa.ptr(),
+        sfb: sfb.ptr(),
+    };
+    let needed = kernel.workspace_bytes(m, n);
+    assert_eq!(needed, 4 * 3 * 80 * 4);
+    let ws = Buffer::new(&dev, needed).unwrap();
+    let e = kernel
+        .launch_with_workspace(&dev, &module, &bufs, ws.ptr(), needed - 4, m, n, kd)
+        .unwrap_err();
+    assert!(
+        matches!(e, LaunchError::Workspace { needed: x, given } if x == needed && given == needed - 4),
+        "{e}"
+    );
+    dev.copy_to_device(ws.ptr(), &vec![0x5a; needed as usize])
+        .unwrap();
+    for _ in 0..2 {
+        kernel
+            .launch_with_workspace(&dev, &module, &bufs, ws.ptr(), needed, m, n, kd)
+            .unwrap();
+        assert_eq!(c.to_vec().unwrap(), fresh.bytes());
+    }
+}

@@ -38,6 +38,14 @@ pub enum LaunchError {
     /// The device failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A split-K workspace smaller than the launch needs.
+    #[error("the split-K workspace is {given} bytes; this launch needs {needed}")]
+    Workspace {
+        /// Bytes the launch needs ([`CompiledKernel::workspace_bytes`]).
+        needed: u64,
+        /// Bytes given.
+        given: u64,
+    },
 }
 
 /// A GEMM's inputs in the byte layouts one kernel variant reads; made by
@@ -480,13 +488,42 @@ impl CompiledKernel {
     /// so C is zeroed first (a host copy of zeros: the device API has no fill). A split-K
     /// kernel without them writes its slices' partials to a workspace allocated for the launch
     /// (every element is written, so it is not zeroed), then the reduction sums them into C;
-    /// the workspace is freed on every path. The report's wall time is both kernels'; its
-    /// instruction counts are the GEMM's.
+    /// the workspace is freed on every path ([`CompiledKernel::launch_with_workspace`] takes
+    /// the caller's instead). The report's wall time is both kernels'; its instruction counts
+    /// are the GEMM's.
     pub fn launch(
         &self,
         device: &dyn Device,
         module: &Module,
         bufs: &GemmBuffers,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<LaunchReport, LaunchError> {
+        self.spec.check_problem(m, n, k)?;
+        let bytes = self.workspace_bytes(m, n);
+        if bytes == 0 {
+            return self.launch_with_workspace(device, module, bufs, DevicePtr(0), 0, m, n, k);
+        }
+        let workspace = Buffer::new(device, bytes)?;
+        let report =
+            self.launch_with_workspace(device, module, bufs, workspace.ptr(), bytes, m, n, k)?;
+        workspace.free()?;
+        Ok(report)
+    }
+
+    /// [`CompiledKernel::launch`] with a split-K workspace the caller owns, `workspace_len`
+    /// bytes at `workspace` (at least [`CompiledKernel::workspace_bytes`]; unused, and may be
+    /// empty, when the launch has no split-K reduction), so that repeated launches allocate
+    /// nothing. Its contents need not be zero and are overwritten.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_with_workspace(
+        &self,
+        device: &dyn Device,
+        module: &Module,
+        bufs: &GemmBuffers,
+        workspace: DevicePtr,
+        workspace_len: u64,
         m: usize,
         n: usize,
         k: usize,
@@ -505,22 +542,27 @@ impl CompiledKernel {
                 &args,
             )?);
         };
-        let workspace = Buffer::new(device, self.workspace_bytes(m, n))?;
+        let needed = self.workspace_bytes(m, n);
+        if workspace_len < needed {
+            return Err(LaunchError::Workspace {
+                needed,
+                given: workspace_len,
+            });
+        }
         let gemm = tilegen_device::launch(
             device,
             module,
             self.name(),
             &self.launch_config(m, n),
-            &self.partial_arguments(bufs, workspace.ptr(), m, n, k),
+            &self.partial_arguments(bufs, workspace, m, n, k),
         )?;
         let sum = tilegen_device::launch(
             device,
             module,
             &reduce,
             &self.reduce_launch_config(m, n),
-            &self.reduce_arguments(bufs.c, workspace.ptr(), m, n),
+            &self.reduce_arguments(bufs.c, workspace, m, n),
         )?;
-        workspace.free()?;
         Ok(LaunchReport {
             wall: gemm.wall + sum.wall,
             stats: gemm.stats,
