@@ -10,4 +10,6 @@ pub use tilegen_mx as mx;
 pub use tilegen_runtime as runtime;
 pub use tilegen_timing as timing;
 
+pub mod moe_timing;
+
 pub use tilegen_kernels::{CompiledKernel, KernelSpec, SpecError};

@@ -578,3 +578,34 @@ fn fitted_default_on_shard_sizes() {
     }
     sweep(cases);
 }
+
+/// The per-token-count rule's specs (blocks of 16, 32 and 64 rows; gate/up 64, 128 or 256
+/// wide, down 128 or 256) on a narrow and a wide gate/up agree with the reference.
+#[test]
+fn per_token_rule_specs() {
+    let mut cases = Vec::new();
+    for (hidden, inter) in [(512, 256), (256, 1024)] {
+        let shape = MoeShape {
+            experts: 4,
+            topk: 2,
+            hidden,
+            inter,
+        };
+        // 1, 20 and 50 rows per expert: each of the rule's branches.
+        for tokens in [2, 40, 100] {
+            let spec = MoeSpec::new(Activation::Swiglu).for_tokens(&shape, tokens);
+            cases.push((
+                format!(
+                    "hidden {hidden} inter {inter}, {tokens} tokens: {} / {}",
+                    spec.kernel_name(tilegen_kernels::moe::Stage::GateUp),
+                    spec.kernel_name(tilegen_kernels::moe::Stage::Down)
+                ),
+                spec,
+                shape,
+                tokens,
+                random_routing(&shape, tokens, 60 + tokens as u64),
+            ));
+        }
+    }
+    sweep(cases);
+}

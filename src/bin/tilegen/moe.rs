@@ -21,19 +21,17 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use tilegen::codeobj::CodeObject;
-use tilegen::emu::exec::{DeviceMemory, Program};
 use tilegen::kernels::PrebSpec;
 use tilegen::kernels::gemm::KnobArgs;
 use tilegen::kernels::moe::{
-    Activation, Combine, DeviceWeights, MoeBuffers, MoeError, MoeLayer, MoeRouter, MoeShape,
-    MoeSpec, MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, Stage,
-    expert_bias_bytes, expert_group_bytes, route,
+    Activation, Combine, DeviceWeights, MoeError, MoeLayer, MoeRouter, MoeShape, MoeSpec,
+    MoeTemplate, MoeTileKnobs, PreshuffledExpert, Routing, Scoring, Stage, expert_group_bytes,
+    route,
 };
+use tilegen::moe_timing;
 use tilegen::mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
 use tilegen::mx::weights::MoeWeightFile;
-use tilegen::runtime::{DevicePtr, Limits, RuntimeError};
-use tilegen::timing::{self, TimingLaunch};
+use tilegen::runtime::Limits;
 use tilegen_output::Output;
 
 use crate::device::DeviceArgs;
@@ -580,80 +578,17 @@ fn model_time(
     model: &ModelArgs,
     mut traces: BTreeMap<Stage, (PathBuf, Output)>,
 ) -> Result<serde_json::Value> {
-    let plan = layer.plan(shape, routing)?;
     let x = random_tokens(shape, routing.tokens(), seed ^ 0x70c3)?;
-    let inputs = MoeLayer::pass_inputs(&x, routing, &plan.sorted);
-    let mut mem = DeviceMemory::new();
-    let mut programs = BTreeMap::new();
-    let mut cos = BTreeMap::new();
-    for k in layer.kernels() {
-        let co = CodeObject::parse(k.code_object()).context("parsing a kernel")?;
-        let prog = Program::load(&mut mem, &co, k.name()).context("loading a kernel")?;
-        programs.insert(k.stage(), prog);
-        cos.insert(k.stage(), co);
-    }
-    let lazy = |mem: &mut DeviceMemory, bytes: usize| -> Result<DevicePtr> {
-        Ok(DevicePtr(mem.alloc_lazy(bytes.max(1) as u64)?))
-    };
-    let with = |mem: &mut DeviceMemory, bytes: &[u8]| -> Result<DevicePtr> {
-        let p = lazy(mem, bytes.len())?;
-        mem.write(p.0, bytes).map_err(|e| anyhow!("{e:?}"))?;
-        Ok(p)
-    };
-    let s = &plan.sizes;
-    let bufs = MoeBuffers {
-        x: with(&mut mem, &inputs[0])?,
-        x_scales: with(&mut mem, &inputs[1])?,
-        sorted_ids: with(&mut mem, &inputs[2])?,
-        block_expert: with(&mut mem, &inputs[3])?,
-        weights: with(&mut mem, &inputs[4])?,
-        act: lazy(&mut mem, s.act)?,
-        act_scales: lazy(&mut mem, s.act_scales)?,
-        parts: lazy(&mut mem, s.parts)?,
-        out: lazy(&mut mem, s.out)?,
-    };
-    let sizes = expert_group_bytes(shape)?;
-    let mut wptrs = [DevicePtr(0); 4];
-    for (p, b) in wptrs.iter_mut().zip(sizes) {
-        *p = lazy(&mut mem, b * shape.experts)?;
-    }
-    let bias = if layer.spec().has_bias() {
-        let [g, d] = expert_bias_bytes(shape);
-        Some([
-            lazy(&mut mem, g * shape.experts)?,
-            lazy(&mut mem, d * shape.experts)?,
-        ])
-    } else {
-        None
-    };
     let params = model.params()?;
     let options = model.options();
     let mut total = 0.0;
     let mut kernels = Vec::new();
-    for (stage, config, args) in layer.launches(shape, &plan, &bufs, wptrs, bias)? {
-        let (Some(prog), Some(co)) = (programs.get(&stage), cos.get(&stage)) else {
-            bail!("no {stage} kernel");
-        };
-        let name = layer.kernel(stage).map(|k| k.name()).unwrap_or_default();
-        let kd = co
-            .kernel(name)
-            .ok_or_else(|| anyhow!("the code object has no {name}"))?;
-        let kernarg = tilegen::runtime::kernargs::build(kd, &config, &args)
-            .map_err(|e: RuntimeError| anyhow!("{e}"))?;
-        let launch = TimingLaunch {
-            grid: config.grid,
-            block: config.block,
-            dynamic_lds: config.dynamic_lds,
-            kernarg: &kernarg,
-        };
-        let t = Instant::now();
-        let p = timing::predict(&mut mem, prog, &launch, &params, &options)
-            .with_context(|| format!("modelling the {stage} kernel"))?;
-        let model_s = t.elapsed().as_secs_f64();
+    for st in moe_timing::predict_layer(layer, shape, routing, &x, &params, &options)? {
+        let (stage, p, config) = (st.stage, &st.prediction, &st.config);
         total += p.us;
         let trace = match traces.remove(&stage) {
             Some((path, out)) => {
-                crate::timing::write_trace(out, &p)?;
+                crate::timing::write_trace(out, p)?;
                 Some(path.display().to_string())
             }
             None => None,
@@ -674,7 +609,7 @@ fn model_time(
             "method_detail": p.method_detail,
             "workgroups_simulated": p.workgroups_simulated,
             "workgroups_total": p.workgroups_total,
-            "model_s": model_s,
+            "model_s": st.model_seconds,
             "trace": trace,
         }));
     }

@@ -159,6 +159,33 @@ impl MoeSpec {
         self
     }
 
+    /// The spec the per-token-count rule picks for `tokens` tokens through a `shape` layer:
+    /// the block size and both kernels' widths from the rows an expert the routing touches
+    /// gets on average (`r = tokens * topk / min(experts, tokens * topk)`), on the default
+    /// tiles, fitted to the sizes ([`MoeSpec::fit_to`]); the activation, combine and biases
+    /// are kept, any other tile knob is the default's. On the MI355X timing model:
+    /// * `r <= 16` (decode, or many experts): blocks of 16 rows, so a token's row is not
+    ///   padded to 32 and each expert's weights are read by as many workgroups as columns
+    ///   need; a narrow gate/up (64 columns when its width `2 * inter` is below 2048, as a
+    ///   tensor-parallel shard's is) for more workgroups over the few blocks;
+    /// * `r <= 32`: blocks of 32;
+    /// * more: blocks of 64 and 256-column tiles of the down kernel (and of a gate/up at
+    ///   least 2048 wide), so each weight tile is read by fewer, longer blocks.
+    pub fn for_tokens(self, shape: &MoeShape, tokens: usize) -> Self {
+        let pairs = tokens.saturating_mul(shape.topk).max(1);
+        let rows = pairs.div_ceil(shape.experts.min(pairs).max(1));
+        let wide = shape.gate_up_rows() >= 2048;
+        let (bm, gate_up_bn, down_bn) = match rows {
+            0..=16 => (16, if wide { 128 } else { 64 }, 128),
+            17..=32 => (32, if wide { 256 } else { 128 }, 128),
+            _ => (64, if wide { 256 } else { 128 }, 256),
+        };
+        self.block_m(bm)
+            .gate_up(MoeSpec::default_tile(bm).bn(gate_up_bn))
+            .down(MoeSpec::default_tile(bm).bn(down_bn))
+            .fit_to(shape)
+    }
+
     /// Rows per sorted block (`BM` of both stages; the routing's `sort(block_m)`).
     pub fn block_m(mut self, rows: u32) -> Self {
         self.block_m = rows;
@@ -505,6 +532,54 @@ mod tests {
             ..oss
         };
         assert!(s.check_shape(&bad).is_err());
+    }
+
+    /// The per-token-count rule: its branches for the two layers AMD measured AITER on
+    /// (gpt-oss-120b-sized, DeepSeek-V3 over 8 ranks), and valid fitted specs for every shard
+    /// size and token count.
+    #[test]
+    fn the_per_token_rule_picks_by_rows_per_expert() {
+        let oss = MoeShape {
+            experts: 128,
+            topk: 4,
+            hidden: 3072,
+            inter: 3072,
+        };
+        let ds = MoeShape {
+            experts: 257,
+            topk: 9,
+            hidden: 7168,
+            inter: 256,
+        };
+        let pick = |shape: &MoeShape, tokens: usize| {
+            let s = MoeSpec::new(Activation::Swiglu).for_tokens(shape, tokens);
+            s.validate().unwrap();
+            s.check_shape(shape).unwrap();
+            (
+                s.rows_per_block(),
+                s.tile(Stage::GateUp).bn,
+                s.tile(Stage::Down).bn,
+                s.tile(Stage::Down).bk_elems,
+            )
+        };
+        assert_eq!(pick(&oss, 256), (16, 128, 128, 512));
+        assert_eq!(pick(&oss, 1024), (32, 256, 128, 512));
+        assert_eq!(pick(&oss, 4096), (64, 256, 256, 512));
+        assert_eq!(pick(&ds, 1), (16, 64, 128, 256));
+        assert_eq!(pick(&ds, 256), (16, 64, 128, 256));
+        assert_eq!(pick(&ds, 1024), (64, 128, 256, 256));
+        for inter in [256, 384, 512, 768, 1536, 2048, 3072] {
+            for tokens in [1, 3, 16, 100, 1000, 100_000] {
+                pick(&MoeShape { inter, ..ds }, tokens);
+                pick(&MoeShape { inter, ..oss }, tokens);
+            }
+        }
+        let kept = MoeSpec::new(Activation::SiluMul)
+            .bias(true)
+            .combine(Combine::SortedReduce)
+            .for_tokens(&ds, 4);
+        assert!(kept.has_bias() && kept.combine_kind() == Combine::SortedReduce);
+        assert_eq!(kept.activation_kind(), Activation::SiluMul);
     }
 
     /// Every size a tensor-parallel shard of the shipped models gives (DeepSeek-V3's and
