@@ -420,8 +420,9 @@ fn kimi_k2_runs_on_lazily_allocated_experts() {
 }
 
 /// A layer of explicit sizes, without `--model`: a tensor-parallel shard's intermediate 256
-/// (DeepSeek-V3's 2048 over 8 ranks) runs with the default spec fitted to it (the down
-/// kernel's K tiles of 256) and agrees with the reference; a size left out and an explicit
+/// (DeepSeek-V3's 2048 over 8 ranks) runs with the per-token-count rule's spec fitted to it
+/// (the down kernel's K tiles of 256, the decode gate/up's of 768) and agrees with the
+/// reference; a size left out and an explicit
 /// tile that does not divide K are refused in plain sizes.
 #[test]
 fn explicit_sizes_without_a_model() {
@@ -446,7 +447,9 @@ fn explicit_sizes_without_a_model() {
     assert_eq!(v["model"], "custom");
     assert_eq!(v["shape"]["hidden"], 768);
     assert_eq!(v["spec"]["down"]["bk_elems"], 256, "{}", v["spec"]);
-    assert_eq!(v["spec"]["gate_up"]["bk_elems"], 256, "{}", v["spec"]);
+    // The decode gate/up tile's 1024-element K steps, fitted to 768.
+    assert_eq!(v["spec"]["gate_up"]["bk_elems"], 768, "{}", v["spec"]);
+    assert_eq!(v["spec"]["block_m"], 16, "{}", v["spec"]);
     assert_eq!(v["spec"]["activation"], "silu-mul");
     let fails = |args: &[&str], needle: &str| {
         let out = tilegen().arg("moe").args(args).output().unwrap();

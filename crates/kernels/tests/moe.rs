@@ -580,11 +580,12 @@ fn fitted_default_on_shard_sizes() {
 }
 
 /// The per-token-count rule's specs (blocks of 16, 32 and 64 rows; gate/up 64, 128 or 256
-/// wide, down 128 or 256) on a narrow and a wide gate/up agree with the reference.
+/// wide, down 128 or 256) on a narrow and a wide gate/up agree with the reference. Grids this
+/// small take the decode gate/up tile (16-wide waves, K steps of up to 1024, fitted).
 #[test]
 fn per_token_rule_specs() {
     let mut cases = Vec::new();
-    for (hidden, inter) in [(512, 256), (256, 1024)] {
+    for (hidden, inter) in [(512, 256), (256, 1024), (1024, 256)] {
         let shape = MoeShape {
             experts: 4,
             topk: 2,

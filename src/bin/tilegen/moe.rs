@@ -115,7 +115,8 @@ pub struct MoeArgs {
     /// Which layer of the file: the tensors' name prefix (needed when it holds several).
     #[arg(long)]
     layer: Option<String>,
-    /// Rows per sorted block (BM of both kernels; default: the layer's, 32).
+    /// Rows per sorted block (BM of both kernels; default: the per-token-count rule's, 16, 32
+    /// or 64 by the rows an expert gets, with its tiles; given, the default tiles).
     #[arg(long)]
     block_m: Option<u32>,
     /// Columns per workgroup of the down kernel (overrides --bn there).
@@ -201,19 +202,22 @@ impl MoeArgs {
         })
     }
 
-    /// The layer's spec: the default fitted to `shape` ([`MoeSpec::fit_to`]: each K tile a
-    /// divisor of its K), then the knobs given on both kernels' tiles, and `--down-bn`.
+    /// The layer's spec: the per-token-count rule's for `shape` and `--tokens`
+    /// ([`MoeSpec::for_tokens`]), or with `--block-m` the default tiles of that block size
+    /// fitted to `shape` ([`MoeSpec::fit_to`]: each K tile a divisor of its K); then the knobs
+    /// given on both kernels' tiles, and `--down-bn`.
     fn spec(&self, activation: Activation, bias: bool, shape: &MoeShape) -> Result<MoeSpec> {
         let mut s = MoeSpec::new(self.activation.unwrap_or(activation))
             .bias(bias)
             .combine(self.combine);
-        if let Some(rows) = self.block_m {
-            s = s.block_m(rows);
-        }
         // Sizes the shape check refuses later keep the unfitted default.
-        if shape.validate().is_ok() {
-            s = s.fit_to(shape);
-        }
+        let valid = shape.validate().is_ok();
+        s = match self.block_m {
+            Some(rows) if valid => s.block_m(rows).fit_to(shape),
+            Some(rows) => s.block_m(rows),
+            None if valid => s.for_tokens(shape, self.tokens),
+            None => s,
+        };
         let tile = |stage: Stage| -> Result<PrebSpec> {
             Ok(PrebSpec::try_from(self.tile.apply(s.tile(stage).clone())?)?)
         };
