@@ -262,15 +262,21 @@ fn model(
     })
 }
 
-/// A spec in a few words: block size, each GEMM's BN and BK (and the gate/up's WN).
+/// A spec in a few words: block size, each GEMM's BN and BK (and the gate/up's WN and B
+/// prefetch).
 fn describe(s: &MoeSpec) -> String {
     let (g, d) = (s.tile(Stage::GateUp), s.tile(Stage::Down));
     format!(
-        "bm{} gu bn{} wn{} bk{} / down bn{} bk{}",
+        "bm{} gu bn{} wn{} bk{}{} / down bn{} bk{}",
         s.rows_per_block(),
         g.bn,
         g.wn,
         g.bk_elems,
+        if g.knobs().prefetch.is_some() {
+            " prefetch"
+        } else {
+            ""
+        },
         d.bn,
         d.bk_elems
     )
