@@ -228,7 +228,9 @@ impl std::fmt::Debug for Module {
 /// What a completed dispatch reports.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LaunchReport {
-    /// Wall time of the dispatch, as the host saw it.
+    /// Wall time of the dispatch: by the device's own timestamps where it has them (an HSA
+    /// agent times each dispatch with the runtime's profiling start and end), else as the
+    /// host saw it.
     pub wall: Duration,
     /// Instruction counts, from devices that count them (the emulator).
     pub stats: Option<LaunchStats>,

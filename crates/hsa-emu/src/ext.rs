@@ -1028,9 +1028,12 @@ pub extern "C" fn hsa_amd_profiling_set_profiler_enabled(
 }
 
 /// `hsa_amd_profiling_get_dispatch_time`: the start and end of the last profiled dispatch
-/// that signalled `signal`, in system timestamp ticks (`HSA_SYSTEM_INFO_TIMESTAMP`): host
-/// times taken by the packet processor when it took the packet and when the emulator
-/// finished it (emulation time, not modelled GPU time).
+/// that signalled `signal`, in system timestamp ticks (`HSA_SYSTEM_INFO_TIMESTAMP`). The
+/// times are modeled: the start is the host time the packet processor took the packet, and
+/// end - start is the MI355X timing model's predicted kernel time of that dispatch (its code
+/// object, grid and kernarg, over the memory it ran on; the model's launch overhead left
+/// out). With `TILEGEN_HSA_EMU_MODELED_TIMING=0` at `hsa_init` they are host times around the
+/// emulation instead.
 ///
 /// # Safety
 /// `time` must be valid for writing two u64s.

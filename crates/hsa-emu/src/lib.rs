@@ -24,7 +24,12 @@
 //!   objects), executables loaded for the gfx950 agent and frozen, kernel symbols named
 //!   `name.kd` (kernel object, kernarg, group and private segment sizes);
 //! - asynchronous copies and fills, locked memory, pointer information, and profiling: a
-//!   profiled dispatch's or copy's start and end are host times in system timestamp ticks;
+//!   profiled kernel dispatch's end is *modeled*: its start is the host time the packet was
+//!   taken and its end lies the MI355X timing model's predicted kernel time later
+//!   (`tilegen_timing::predict`, sampled rounds, default parameters, launch overhead left
+//!   out), predicted on the dispatch's own code object, grid and kernarg over the memory it
+//!   runs on (the model's writes are undone before the functional run); a profiled copy's
+//!   start and end are host times; both in system timestamp ticks;
 //! - errors: misuse returns HSA's statuses (a bad queue, an unknown symbol, freed memory, a
 //!   packet whose kernel object is no kernel), and a kernel that faults stops its queue with an
 //!   error status reported to the queue's callback (memory faults also go to the system event
@@ -33,7 +38,9 @@
 //!
 //! Settings (read at the first `hsa_init`): `TILEGEN_HSA_EMU_INSTRUCTION_BUDGET` (instructions
 //! a wave may execute before it is stopped as an endless loop; 0 for no limit) and
-//! `TILEGEN_HSA_EMU_MAX_MEMORY` (bytes of device memory).
+//! `TILEGEN_HSA_EMU_MAX_MEMORY` (bytes of device memory), `TILEGEN_HSA_EMU_MODELED_TIMING`
+//! (0: profiled dispatches carry host times around the emulation instead of the model's,
+//! which spares the model's run; on by default).
 //!
 //! What it does not model: host and kernel sharing memory *while* a kernel runs (host-visible
 //! memory is reconciled at dispatch boundaries); partial workgroups; agent dispatch and

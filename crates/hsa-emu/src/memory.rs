@@ -366,6 +366,11 @@ impl Mirrors {
         (addr - base < m.size as u64).then_some((base, *m))
     }
 
+    /// Every mirror's emulator range, as (base, size).
+    pub fn agent_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_agent.iter().map(|(&a, m)| (a, m.size as u64))
+    }
+
     /// The locked mirror of the application's `host` base.
     fn locked_at_host(&self, host: usize) -> Option<(u64, Mirror)> {
         self.by_agent

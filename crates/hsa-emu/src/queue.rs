@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
-use tilegen_emu::exec::{FaultKind, LaunchControl};
+use tilegen_emu::exec::{Emulator, FaultKind, LaunchControl};
 use tilegen_hsa::sys::{self, Status};
+use tilegen_timing::{Params, TimingLaunch, TimingOptions};
 
 use crate::loader::{self, KernelObj};
 use crate::signal::{self, SignalObj};
@@ -296,19 +297,23 @@ fn process(queue: Weak<QueueObj>, rt: Weak<Runtime>) {
         let start = crate::state::timestamp();
         let result = match (packet.header >> sys::PACKET_HEADER_TYPE) & 0xff {
             t if t == sys::PACKET_TYPE_KERNEL_DISPATCH => dispatch(&rt, &q, index, &packet),
-            t if t == sys::PACKET_TYPE_BARRIER_AND => barrier_and(&rt, &q, &raw),
+            t if t == sys::PACKET_TYPE_BARRIER_AND => barrier_and(&rt, &q, &raw).map(|()| None),
             t => Err(Some(PacketError::format(
                 index,
                 format!("packet type {t} is not supported (kernel dispatch and barrier-AND are)"),
             ))),
         };
         match result {
-            Ok(()) => {
+            Ok(modeled) => {
                 if packet.completion_signal.handle != 0
                     && let Some(s) = signal::get(&rt, packet.completion_signal.handle)
                 {
                     if q.profiling.load(Ordering::SeqCst) {
-                        s.set_times(start, crate::state::timestamp());
+                        let end = match modeled {
+                            Some(ticks) => start.saturating_add(ticks),
+                            None => crate::state::timestamp(),
+                        };
+                        s.set_times(start, end);
                     }
                     s.add(-1);
                 }
@@ -373,13 +378,15 @@ fn barrier_and(
     Ok(())
 }
 
-/// Runs a kernel dispatch packet on the emulator.
+/// Runs a kernel dispatch packet on the emulator. On a profiled queue (unless modeled timing
+/// is off) the timing model predicts the dispatch first and its kernel time, in system
+/// timestamp ticks, is returned.
 fn dispatch(
     rt: &Runtime,
     q: &QueueObj,
     index: u64,
     p: &sys::KernelDispatchPacket,
-) -> Result<(), Option<PacketError>> {
+) -> Result<Option<u64>, Option<PacketError>> {
     let bad = |text: String| Some(PacketError::format(index, text));
     let kernel: Arc<KernelObj> = loader::kernel(rt, p.kernel_object).ok_or_else(|| {
         bad(format!(
@@ -416,18 +423,42 @@ fn dispatch(
     }
     let kernarg = kernarg(rt, index, p.kernarg_address as u64, kernel.kernarg_size)?;
     let dynamic_lds = p.group_segment_size.saturating_sub(kernel.group_size);
+    let modeled_on = q.profiling.load(Ordering::SeqCst) && rt.modeled_timing;
+    let mut modeled = None;
     let result = {
         let mut emu = rt.emu();
         emu.config_mut().control = q.control.clone();
+        let device: Vec<(u64, u64)> = if modeled_on {
+            lock(&rt.device_allocs)
+                .iter()
+                .map(|(&b, &s)| (b, s))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Host-visible memory goes in before the kernel and what it wrote comes back after.
         let mut mirrors = lock(&rt.mirrors);
         mirrors.before_dispatch(emu.memory());
+        if modeled_on {
+            let ranges = device.into_iter().chain(mirrors.agent_ranges()).collect();
+            let time = modeled_time(
+                &mut emu,
+                &kernel,
+                grid,
+                block,
+                &kernarg,
+                dynamic_lds,
+                ranges,
+            )
+            .map_err(bad)?;
+            modeled = Some(time);
+        }
         let r = emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds);
         mirrors.after_dispatch(emu.memory());
         r
     };
     let fault = match result {
-        Ok(_) => return Ok(()),
+        Ok(_) => return Ok(modeled),
         Err(f) => f,
     };
     let (status, address) = match &*fault.kind {
@@ -447,6 +478,74 @@ fn dispatch(
         text: format!("kernel fault: {fault}"),
         address,
     }))
+}
+
+/// The timing model's kernel time of the launch (its prediction less the launch overhead it
+/// adds, which a dispatch's own timestamps do not see), in system timestamp ticks.
+///
+/// The model really executes the workgroups it simulates, over the memory the dispatch will
+/// run on, so it sees the inputs the kernel reads; its writes are not the kernel's results
+/// (matrix results are not computed, and a kernel that accumulates into its output would add
+/// twice), so every range in `ranges` is saved first and what the model changed is put back
+/// before the functional run.
+fn modeled_time(
+    emu: &mut Emulator,
+    kernel: &KernelObj,
+    grid: [u32; 3],
+    block: [u32; 3],
+    kernarg: &[u8],
+    dynamic_lds: u32,
+    ranges: Vec<(u64, u64)>,
+) -> Result<u64, String> {
+    let mut saved = Vec::with_capacity(ranges.len());
+    for (base, size) in ranges {
+        let bytes = emu
+            .memory()
+            .read_vec(base, size as usize)
+            .map_err(|e| format!("saving device memory before timing the kernel: {e}"))?;
+        saved.push((base, bytes));
+    }
+    let options = TimingOptions {
+        wave_instruction_budget: emu.config().limits.wave_instruction_budget,
+        ..TimingOptions::default()
+    };
+    let launch = TimingLaunch {
+        grid,
+        block,
+        dynamic_lds,
+        kernarg,
+    };
+    let predicted = tilegen_timing::predict(
+        emu.memory_mut(),
+        &kernel.program,
+        &launch,
+        &Params::default(),
+        &options,
+    );
+    let mut now = Vec::new();
+    for (base, bytes) in &saved {
+        now.resize(bytes.len(), 0);
+        // Only what the model changed is written back: most of memory is read-only inputs.
+        if emu.memory().read(*base, &mut now).is_ok() && now != *bytes {
+            emu.memory()
+                .write(*base, bytes)
+                .map_err(|e| format!("restoring device memory after timing the kernel: {e}"))?;
+        }
+    }
+    let p = predicted.map_err(|e| {
+        let mut text = format!(
+            "the timing model could not time kernel `{}`: {e}",
+            kernel.name
+        );
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        text + " (TILEGEN_HSA_EMU_MODELED_TIMING=0 gives host times instead)"
+    })?;
+    let kernel_us = (p.us - p.launch_us).max(0.0);
+    Ok((kernel_us * 1e-6 * crate::state::TICKS_PER_SECOND as f64).round() as u64)
 }
 
 /// The kernarg bytes at `addr`: from a kernarg-pool allocation (host memory) or device memory,

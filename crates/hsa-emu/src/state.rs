@@ -34,6 +34,8 @@ pub(crate) const TICKS_PER_SECOND: u64 = 100_000_000;
 pub(crate) struct Runtime {
     pub emu: Mutex<Emulator>,
     pub max_memory: u64,
+    /// Whether profiled dispatches carry the timing model's time (`TILEGEN_HSA_EMU_MODELED_TIMING`).
+    pub modeled_timing: bool,
     /// Device allocations: base -> size (the emulator's addresses).
     pub device_allocs: Mutex<BTreeMap<u64, u64>>,
     /// The end of the highest device allocation ever made: device addresses lie below it.
@@ -62,6 +64,8 @@ impl Runtime {
             limits.max_memory = m;
         }
         let max_memory = limits.max_memory;
+        // Any value but 0 (or an absent variable) keeps the model on.
+        let modeled_timing = env_u64("TILEGEN_HSA_EMU_MODELED_TIMING") != Some(0);
         let config = EmuConfig {
             limits,
             ..EmuConfig::default()
@@ -72,6 +76,7 @@ impl Runtime {
                 config,
             )),
             max_memory,
+            modeled_timing,
             device_allocs: Mutex::new(BTreeMap::new()),
             device_high: AtomicU64::new(0),
             mirrors: Mutex::new(crate::memory::Mirrors::default()),

@@ -242,12 +242,18 @@ impl LiveQueue {
                 &mut queue,
             )
         })?;
-        Ok(LiveQueue {
+        let live = LiveQueue {
             api: api.clone(),
             queue,
             errors,
             generation,
-        })
+        };
+        // Every dispatch is timed by the agent's own timestamps (read after completion).
+        // SAFETY: a live queue of this runtime (dropped, and destroyed, on error).
+        api.check("hsa_amd_profiling_set_profiler_enabled", unsafe {
+            (api.hsa_amd_profiling_set_profiler_enabled)(live.queue, 1)
+        })?;
+        Ok(live)
     }
 }
 
@@ -481,6 +487,34 @@ impl HsaDevice {
 
     fn ticks(&self, d: Duration) -> u64 {
         (d.as_secs_f64() * self.ticks_per_second as f64).min(u64::MAX as f64) as u64
+    }
+
+    /// A completed dispatch's time by the agent's profiling timestamps (end - start, in
+    /// system timestamp ticks): the kernel's own run, without the host's queueing and waiting.
+    fn dispatch_time(&self, f: &InFlight) -> Result<Duration, RuntimeError> {
+        let api = self.api();
+        let mut time = [0u64; 2];
+        // SAFETY: a live signal of this runtime that a dispatch on the profiled queue
+        // signalled; `time` is hsa_amd_profiling_dispatch_time_t (two uint64_t).
+        api.check("hsa_amd_profiling_get_dispatch_time", unsafe {
+            (api.hsa_amd_profiling_get_dispatch_time)(self.agent.handle, f.signal.signal, &mut time)
+        })
+        .map_err(|e| {
+            Self::hsa(
+                &format!("reading the dispatch time of kernel `{}`", f.kernel),
+                e,
+            )
+        })?;
+        let [start, end] = time;
+        if end < start {
+            return Err(RuntimeError::device(
+                format!("reading the dispatch time of kernel `{}`", f.kernel),
+                format!("the runtime says it ended (tick {end}) before it started (tick {start})"),
+            ));
+        }
+        Ok(Duration::from_secs_f64(
+            (end - start) as f64 / self.ticks_per_second as f64,
+        ))
     }
 
     /// The error for a dispatch whose queue reported `status`.
@@ -869,7 +903,7 @@ impl Device for HsaDevice {
             };
             if value < 1 {
                 return Ok(LaunchReport {
-                    wall: f.start.elapsed(),
+                    wall: self.dispatch_time(&f)?,
                     stats: None,
                 });
             }

@@ -7,7 +7,7 @@
 //! would never write, a misuse the runtime must refuse).
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -486,6 +486,11 @@ api! {
     fn hsa_executable_get_symbol_by_name(Executable, *const c_char, *const Agent, *mut ExecutableSymbol) -> Status;
     /// `hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t, attribute, void*)`.
     fn hsa_executable_symbol_get_info(ExecutableSymbol, u32, *mut c_void) -> Status;
+    /// `hsa_status_t hsa_amd_profiling_set_profiler_enabled(hsa_queue_t*, int)`.
+    fn hsa_amd_profiling_set_profiler_enabled(*mut Queue, c_int) -> Status;
+    /// `hsa_status_t hsa_amd_profiling_get_dispatch_time(hsa_agent_t, hsa_signal_t, hsa_amd_profiling_dispatch_time_t*)`:
+    /// start and end in system timestamp ticks.
+    fn hsa_amd_profiling_get_dispatch_time(Agent, Signal, *mut [u64; 2]) -> Status;
 }
 
 /// The library's file name, as the dynamic loader finds it.
