@@ -27,8 +27,9 @@
 //!   profiled kernel dispatch's end is *modeled*: its start is the host time the packet was
 //!   taken and its end lies the MI355X timing model's predicted kernel time later
 //!   (`tilegen_timing::predict`, sampled rounds, default parameters, launch overhead left
-//!   out), predicted on the dispatch's own code object, grid and kernarg over the memory it
-//!   runs on (the model's writes are undone before the functional run); a profiled copy's
+//!   out), predicted after the functional run on the dispatch's own code object, grid and
+//!   kernarg over its memory as the kernel found it (the kernel's results are put back
+//!   after the model's run); a profiled copy's
 //!   start and end are host times; both in system timestamp ticks;
 //! - errors: misuse returns HSA's statuses (a bad queue, an unknown symbol, freed memory, a
 //!   packet whose kernel object is no kernel), and a kernel that faults stops its queue with an

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
-use tilegen_emu::exec::{Emulator, FaultKind, LaunchControl};
+use tilegen_emu::exec::{DeviceMemory, Emulator, FaultKind, LaunchControl};
 use tilegen_hsa::sys::{self, Status};
 use tilegen_timing::{Params, TimingLaunch, TimingOptions};
 
@@ -439,26 +439,36 @@ fn dispatch(
         // Host-visible memory goes in before the kernel and what it wrote comes back after.
         let mut mirrors = lock(&rt.mirrors);
         mirrors.before_dispatch(emu.memory());
-        if modeled_on {
-            let ranges = device.into_iter().chain(mirrors.agent_ranges()).collect();
-            let time = modeled_time(
-                &mut emu,
-                &kernel,
-                grid,
-                block,
-                &kernarg,
-                dynamic_lds,
-                ranges,
-            )
-            .map_err(bad)?;
-            modeled = Some(time);
-        }
-        let r = emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds);
+        let ranges: Vec<(u64, u64)> = device.into_iter().chain(mirrors.agent_ranges()).collect();
+        // The functional run goes first: it is the one a queue's destruction can cancel (a
+        // kernel that never ends is stopped there), and its faults are the kernel's own.
+        let inputs = modeled_on.then(|| save(emu.memory(), &ranges)).transpose();
+        let r = inputs.map_err(bad).map(|inputs| {
+            let r = emu.launch(&kernel.program, grid, block, &kernarg, dynamic_lds);
+            if let (Ok(_), Some(inputs)) = (&r, inputs) {
+                modeled = Some(model_on_inputs(
+                    &mut emu,
+                    &kernel,
+                    TimingLaunch {
+                        grid,
+                        block,
+                        dynamic_lds,
+                        kernarg: &kernarg,
+                    },
+                    &ranges,
+                    &inputs,
+                ));
+            }
+            r
+        });
         mirrors.after_dispatch(emu.memory());
-        r
+        r?
     };
+    if let Some(time) = modeled {
+        return time.map(Some).map_err(bad);
+    }
     let fault = match result {
-        Ok(_) => return Ok(modeled),
+        Ok(_) => return Ok(None),
         Err(f) => f,
     };
     let (status, address) = match &*fault.kind {
@@ -480,40 +490,53 @@ fn dispatch(
     }))
 }
 
-/// The timing model's kernel time of the launch (its prediction less the launch overhead it
-/// adds, which a dispatch's own timestamps do not see), in system timestamp ticks.
+/// The bytes of every range in `ranges`.
+fn save(memory: &DeviceMemory, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>, String> {
+    ranges
+        .iter()
+        .map(|&(base, size)| {
+            memory
+                .read_vec(base, size as usize)
+                .map_err(|e| format!("saving device memory around the timing model: {e}"))
+        })
+        .collect()
+}
+
+/// Puts `saved` back into `ranges`, writing only the ranges whose bytes differ.
+fn restore(memory: &DeviceMemory, ranges: &[(u64, u64)], saved: &[Vec<u8>]) -> Result<(), String> {
+    let mut now = Vec::new();
+    for (&(base, _), bytes) in ranges.iter().zip(saved) {
+        now.resize(bytes.len(), 0);
+        if memory.read(base, &mut now).is_err() || now != *bytes {
+            memory
+                .write(base, bytes)
+                .map_err(|e| format!("restoring device memory around the timing model: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The timing model's kernel time of a launch the emulator has just run (its prediction less
+/// the launch overhead it adds, which a dispatch's own timestamps do not see), in system
+/// timestamp ticks.
 ///
-/// The model really executes the workgroups it simulates, over the memory the dispatch will
-/// run on, so it sees the inputs the kernel reads; its writes are not the kernel's results
-/// (matrix results are not computed, and a kernel that accumulates into its output would add
-/// twice), so every range in `ranges` is saved first and what the model changed is put back
-/// before the functional run.
-fn modeled_time(
+/// The model really executes the workgroups it simulates, so it runs over `inputs`, the bytes
+/// of `ranges` as the functional run found them (it sees what the kernel read); its writes are
+/// not the kernel's results (matrix results are not computed, and a kernel that accumulates
+/// into its output would add twice), so the functional run's results are saved first and put
+/// back after.
+fn model_on_inputs(
     emu: &mut Emulator,
     kernel: &KernelObj,
-    grid: [u32; 3],
-    block: [u32; 3],
-    kernarg: &[u8],
-    dynamic_lds: u32,
-    ranges: Vec<(u64, u64)>,
+    launch: TimingLaunch<'_>,
+    ranges: &[(u64, u64)],
+    inputs: &[Vec<u8>],
 ) -> Result<u64, String> {
-    let mut saved = Vec::with_capacity(ranges.len());
-    for (base, size) in ranges {
-        let bytes = emu
-            .memory()
-            .read_vec(base, size as usize)
-            .map_err(|e| format!("saving device memory before timing the kernel: {e}"))?;
-        saved.push((base, bytes));
-    }
+    let results = save(emu.memory(), ranges)?;
+    restore(emu.memory(), ranges, inputs)?;
     let options = TimingOptions {
         wave_instruction_budget: emu.config().limits.wave_instruction_budget,
         ..TimingOptions::default()
-    };
-    let launch = TimingLaunch {
-        grid,
-        block,
-        dynamic_lds,
-        kernarg,
     };
     let predicted = tilegen_timing::predict(
         emu.memory_mut(),
@@ -522,16 +545,7 @@ fn modeled_time(
         &Params::default(),
         &options,
     );
-    let mut now = Vec::new();
-    for (base, bytes) in &saved {
-        now.resize(bytes.len(), 0);
-        // Only what the model changed is written back: most of memory is read-only inputs.
-        if emu.memory().read(*base, &mut now).is_ok() && now != *bytes {
-            emu.memory()
-                .write(*base, bytes)
-                .map_err(|e| format!("restoring device memory after timing the kernel: {e}"))?;
-        }
-    }
+    restore(emu.memory(), ranges, &results)?;
     let p = predicted.map_err(|e| {
         let mut text = format!(
             "the timing model could not time kernel `{}`: {e}",
