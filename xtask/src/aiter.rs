@@ -15,7 +15,7 @@ use std::env;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::{Result, root, run, step, venv_python};
 
@@ -155,13 +155,10 @@ fn download(dir: &Path) -> Result<bool> {
         &format!("{AITER_PROJECT}=={AITER_VERSION} --hash=sha256:{AITER_WHEEL_SHA256}\n"),
     )?;
     let py = python();
-    let pip = Command::new(&py)
+    let pip = crate::pip(&py)?
         .args([
-            "-m",
-            "pip",
             "download",
             "-q",
-            "--disable-pip-version-check",
             "--no-deps",
             "--only-binary=:all:",
             "--require-hashes",
@@ -175,9 +172,9 @@ fn download(dir: &Path) -> Result<bool> {
         return Ok(true);
     }
     // Only an unreachable index excuses the corpus; any other failure stops setup.
-    let reachable = Command::new(&py)
-        .args(["-m", "pip", "download", "-q", "--no-deps", "-d"])
-        .arg(env::temp_dir())
+    let reachable = crate::pip(&py)?
+        .args(["download", "-q", "--no-deps", "-d"])
+        .arg(crate::root().join("target/tmp"))
         .arg("six==1.16.0")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -187,7 +184,10 @@ fn download(dir: &Path) -> Result<bool> {
     if reachable {
         return Err(format!(
             "pip download {AITER_PROJECT}=={AITER_VERSION} failed although PyPI is reachable \
-             (a hash mismatch means PyPI serves a different file than the one pinned)"
+             (a hash mismatch means PyPI serves a different file than the one pinned; {} on the \
+             disk of {})",
+            crate::free_space(dir),
+            dir.display()
         ));
     }
     Ok(false)

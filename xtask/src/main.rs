@@ -332,6 +332,36 @@ fn venv_python() -> PathBuf {
     venv_dir().join("bin/python")
 }
 
+/// `python -m pip` with its temporary files under `target/` and without its cache: the wheels
+/// are large (Triton's unpacks to hundreds of MB) and a machine's `/tmp` may be far smaller than
+/// the disk `target/` lives on; the cache would only keep a second copy of each wheel.
+fn pip(py: &Path) -> Result<Command> {
+    let tmp = root().join("target/tmp");
+    fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    let mut cmd = Command::new(py);
+    cmd.env("TMPDIR", &tmp)
+        .env("PIP_NO_CACHE_DIR", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .args(["-m", "pip"]);
+    Ok(cmd)
+}
+
+/// The free space on the disk that holds `dir`, as `df` prints it, for error messages.
+fn free_space(dir: &Path) -> String {
+    Command::new("df")
+        .args(["-Pk"])
+        .arg(dir)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            let line = text.lines().nth(1)?.to_owned();
+            let kib: u64 = line.split_whitespace().nth(3)?.parse().ok()?;
+            Some(format!("{:.1} GiB free", kib as f64 / (1024.0 * 1024.0)))
+        })
+        .unwrap_or_else(|| "free space unknown".to_owned())
+}
+
 fn setup_triton() -> Result<()> {
     let dir = foreign_dir();
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -357,21 +387,12 @@ fn setup_triton() -> Result<()> {
             "python3 -m venv",
         )
         .map_err(|e| format!("{e}\n  install python3-venv (apt-get install -y python3-venv)"))?;
-        let pip = Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                TRITON,
-            ])
-            .status();
-        if !matches!(pip, Ok(s) if s.success()) {
+        let install = pip(&py)?.args(["install", "-q", TRITON]).status();
+        if !matches!(install, Ok(s) if s.success()) {
             // Only an unreachable index excuses the peer checks; tests print a loud SKIP then.
-            let reachable = Command::new(&py)
-                .args(["-m", "pip", "download", "-q", "--no-deps", "-d"])
-                .arg(env::temp_dir())
+            let reachable = pip(&py)?
+                .args(["download", "-q", "--no-deps", "-d"])
+                .arg(root().join("target/tmp"))
                 .arg("six==1.16.0")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -380,7 +401,9 @@ fn setup_triton() -> Result<()> {
                 .unwrap_or(false);
             if reachable {
                 return Err(format!(
-                    "pip install {TRITON} failed although PyPI is reachable"
+                    "pip install {TRITON} failed although PyPI is reachable ({} on the disk of {})",
+                    free_space(&venv_dir()),
+                    venv_dir().display()
                 ));
             }
             eprintln!("!!! PyPI is unreachable: Triton peer checks will be SKIPPED");
