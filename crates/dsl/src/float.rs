@@ -110,6 +110,35 @@ impl<'ctx> Kernel<'ctx> {
         self.float_intrinsic("llvm.exp2", &[a])
     }
 
+    /// `2^a` on f32 elements by the hardware's `v_exp_f32` alone (`2^-inf = 0`), where results
+    /// below 2^-126 are flushed to zero. [`Kernel::exp2`] keeps those subnormal results, and
+    /// LLVM pays for that with a compare, a select and a rescale around every exponential;
+    /// a softmax, whose probabilities that small are zero in any output format, need not.
+    pub fn exp2_ftz(&self, a: Value<'ctx>) -> Result<Value<'ctx>> {
+        let ty = a.ty();
+        if ty.elem != Elem::F32 {
+            return Err(DslError::Operand {
+                op: "exp2_ftz",
+                rule: format!("takes f32 elements, not {ty:?}"),
+            });
+        }
+        let f32t = self.ctx.f32_type();
+        let one = |x: Value<'ctx>| -> Result<Value<'ctx>> {
+            Value::new(self.call_intrinsic_value(
+                "llvm.amdgcn.exp2",
+                &[f32t.into()],
+                &[x.v.into()],
+            )?)
+        };
+        if ty.lanes == 1 {
+            return one(a);
+        }
+        let parts = (0..ty.lanes)
+            .map(|e| one(self.slice(a, e, 1)?))
+            .collect::<Result<Vec<_>>>()?;
+        self.concat(&parts)
+    }
+
     /// `|a|`, element-wise.
     pub fn fabs(&self, a: Value<'ctx>) -> Result<Value<'ctx>> {
         self.float_operand("fabs", &a)?;

@@ -30,5 +30,6 @@ pub const KNOWN: &[&str] = &[
     "llvm.amdgcn.cvt.pk.fp8.f32",
     "llvm.maxnum",
     "llvm.exp2",
+    "llvm.amdgcn.exp2",
     "llvm.fabs",
 ];

@@ -211,6 +211,107 @@ fn value_operations_on_the_emulator() {
     }
 }
 
+/// `exp2` keeps results below 2^-126 as subnormals; `exp2_ftz` flushes them to zero and
+/// agrees elsewhere, on scalars and vectors alike.
+#[test]
+fn exp2_and_its_flushing_form_on_the_emulator() {
+    let ctx = Context::create();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let k = Kernel::new(&ctx, "exps", &sig, attrs()).unwrap();
+    let lane = k.thread_id().unwrap();
+    let out = k
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(64 * 16),
+            CachePolicy::Always,
+        )
+        .unwrap();
+    // Lane l reads x = 3 - 2.5 l (from 3 down to -154.5, across the subnormal range
+    // (-149, -126)) and y = x - 0.25 from words 4l and 4l + 1, then overwrites its 16 bytes.
+    let xy = k
+        .bitcast(
+            k.buffer_load(&out, lane * 16, k.i32(0), 2).unwrap(),
+            Ty::vector(Elem::F32, 2),
+        )
+        .unwrap();
+    let x = k.slice(xy, 0, 1).unwrap();
+    k.buffer_store(&out, k.exp2(x).unwrap(), lane * 16, k.i32(0))
+        .unwrap();
+    k.buffer_store(&out, k.exp2_ftz(x).unwrap(), lane * 16 + 4, k.i32(0))
+        .unwrap();
+    k.buffer_store(&out, k.exp2_ftz(xy).unwrap(), lane * 16 + 8, k.i32(0))
+        .unwrap();
+    assert!(k.exp2_ftz(lane.into()).is_err());
+    k.finish().unwrap();
+    let built = compile(&k, CompileOptions::default()).unwrap();
+    let dev = EmuDevice::new();
+    let module = dev.load(&built.code_object).unwrap();
+    let buf = dev.alloc(64 * 16).unwrap();
+    let input: Vec<u8> = (0..64)
+        .flat_map(|l| {
+            let x = 3.0 - 2.5 * l as f32;
+            [x, x - 0.25, 0.0, 0.0]
+        })
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    dev.copy_to_device(buf, &input).unwrap();
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    launch(&dev, &module, "exps", &config, &[ArgValue::Ptr(buf)]).unwrap();
+    let mut bytes = vec![0u8; 64 * 16];
+    dev.copy_from_device(buf, &mut bytes).unwrap();
+    let got: Vec<f32> = words(&bytes).into_iter().map(f32::from_bits).collect();
+    let close = |got: f32, want: f64| {
+        if want == 0.0 {
+            got == 0.0
+        } else {
+            ((got as f64 - want) / want).abs() < 1e-6
+        }
+    };
+    let mut subnormals = 0;
+    for l in 0..64usize {
+        let x = 3.0 - 2.5 * l as f64;
+        let w = &got[4 * l..4 * l + 4];
+        let exact = x.exp2();
+        let flushed = |x: f64| if x < -126.0 { 0.0 } else { x.exp2() };
+        if x < -126.0 && x > -149.0 {
+            subnormals += 1;
+            assert!(
+                w[0] > 0.0 && !w[0].is_normal(),
+                "lane {l}: exp2({x}) = {}",
+                w[0]
+            );
+        } else {
+            assert!(
+                close(w[0], (exact as f32) as f64),
+                "lane {l}: exp2({x}) = {}",
+                w[0]
+            );
+        }
+        assert!(
+            close(w[1], flushed(x)),
+            "lane {l}: exp2_ftz({x}) = {}",
+            w[1]
+        );
+        assert!(
+            close(w[2], flushed(x)),
+            "lane {l}: vector exp2_ftz({x}) = {}",
+            w[2]
+        );
+        let y = x - 0.25;
+        assert!(
+            close(w[3], flushed(y)),
+            "lane {l}: vector exp2_ftz({y}) = {}",
+            w[3]
+        );
+    }
+    assert!(subnormals > 5, "the inputs must cross the subnormal range");
+}
+
 #[test]
 fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
     let ctx = Context::create();

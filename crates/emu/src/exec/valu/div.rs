@@ -14,8 +14,18 @@ pub(super) fn exec(w: &mut Wave, i: &Inst) -> Result<(), FaultKind> {
     match i.op {
         // Transcendentals: the hardware's are accurate to about 1 ulp; these are computed in
         // f64 and correctly rounded, so results can differ from a device in the last bit.
-        V_EXP_F32 | V_EXP_LEGACY_F32 => op_f32(w, i, 1, |a| (a[0] as f64).exp2() as f32),
-        V_LOG_F32 | V_LOG_LEGACY_F32 => op_f32(w, i, 1, |a| (a[0] as f64).log2() as f32),
+        // The f32 exponential and logarithm have no denormal path: a result below 2^-126 is
+        // flushed to +0 and a denormal input reads as zero. That is why LLVM wraps them in a
+        // rescaling when a function keeps denormals, and why kernels that call them bare
+        // (Triton's flush-to-zero exp2, tilegen's softmax) see zeros there.
+        V_EXP_F32 | V_EXP_LEGACY_F32 => op_f32(w, i, 1, |a| {
+            let r = (a[0] as f64).exp2() as f32;
+            if r.is_subnormal() { 0.0 } else { r }
+        }),
+        V_LOG_F32 | V_LOG_LEGACY_F32 => op_f32(w, i, 1, |a| {
+            let x = if a[0].is_subnormal() { 0.0 } else { a[0] };
+            (x as f64).log2() as f32
+        }),
         V_RCP_F32 | V_RCP_IFLAG_F32 => op_f32(w, i, 1, |a| (1.0 / a[0] as f64) as f32),
         V_RSQ_F32 => op_f32(w, i, 1, |a| (1.0 / (a[0] as f64).sqrt()) as f32),
         V_SQRT_F32 => op_f32(w, i, 1, |a| (a[0] as f64).sqrt() as f32),
@@ -183,6 +193,50 @@ mod tests {
                     want.to_bits(),
                     "{n} / {d} = {want}, got {got}"
                 );
+            }
+        }
+    }
+
+    /// `v_exp_f32` flushes results below 2^-126 to +0 and `v_log_f32` reads a denormal as
+    /// zero; elsewhere they are 2^x and log2(x).
+    #[test]
+    fn exp_and_log_have_no_denormals() {
+        const CODE: &[u32] = &[
+            0x7e024100, // v_exp_f32_e32 v1, v0
+            0x7e044300, // v_log_f32_e32 v2, v0
+        ];
+        let inputs = [
+            3.0f32,
+            -1.5,
+            -126.0,
+            -126.5,
+            -140.0,
+            -149.0,
+            f32::NEG_INFINITY,
+            0.0,
+            f32::from_bits(0x0000_0100),
+            f32::from_bits(0x8040_0000),
+            f32::MIN_POSITIVE,
+            8.0,
+        ];
+        let mut h = Harness::new(CODE);
+        h.set_v(0, |l| inputs[l % inputs.len()].to_bits());
+        h.run().unwrap();
+        let (exps, logs) = (h.v(1), h.v(2));
+        for (l, &x) in inputs.iter().enumerate() {
+            let e = f32::from_bits(exps[l]);
+            let want = if x < -126.0 { 0.0 } else { x.exp2() };
+            assert_eq!(e.to_bits(), want.to_bits(), "exp2({x:e}) = {e:e}");
+            let lg = f32::from_bits(logs[l]);
+            let want = if x.is_subnormal() {
+                f32::NEG_INFINITY
+            } else {
+                x.log2()
+            };
+            if want.is_nan() {
+                assert!(lg.is_nan(), "log2({x:e}) = {lg:e}");
+            } else {
+                assert_eq!(lg.to_bits(), want.to_bits(), "log2({x:e}) = {lg:e}");
             }
         }
     }
