@@ -173,6 +173,10 @@ impl<'w, 's, 'k, 'ctx> Mainloop<'w, 's, 'k, 'ctx> {
 
     /// `S^T = K Q^T` of the tile at `kv0`, scaled to log2 units and masked past the sequence,
     /// one accumulator per 16 keys.
+    ///
+    /// Only the tile that holds the sequence's end has keys past it, so the mask (a compare
+    /// and a select per score) runs under a branch the whole wave takes or skips: on every
+    /// other tile the scores go to the softmax as the MFMAs left them.
     fn scores(&self, kv0: Int<'k, 'ctx>) -> Result<Vec<Value<'ctx>>> {
         let (k, atom) = (self.wg.k, self.wg.atom);
         let [mn, _, _] = atom.shape_mnk();
@@ -183,17 +187,26 @@ impl<'w, 's, 'k, 'ctx> Mainloop<'w, 's, 'k, 'ctx> {
                 .loader
                 .read(k, &self.k_reads, &self.k_tile, [kt, 0], 0)?;
             let s = atom.mma(k, a, self.q.op, zero)?;
-            let s = k.fmul(s, self.q.c4)?;
-            let mut elems = Vec::new();
-            for e in 0..self.acc_ty.lanes {
-                let (u, l) = self.keys.offsets(&Coord::from((i64::from(e), kt, 0)))?;
-                let key = kv0 + u + l;
-                let valid: Cond = key.lt(&self.wg.len).into();
-                elems.push(k.select(valid, k.slice(s, e, 1)?, self.neg_inf)?);
-            }
-            x.push(k.concat(&elems)?);
+            x.push(k.var(k.fmul(s, self.q.c4)?)?);
         }
-        Ok(x)
+        let tile_end = kv0 + BLOCK_N as i64;
+        k.if_then(self.wg.len.lt(&tile_end), || {
+            for (kt, var) in x.iter().enumerate() {
+                let s = k.get(var)?;
+                let mut elems = Vec::new();
+                for e in 0..self.acc_ty.lanes {
+                    let (u, l) = self
+                        .keys
+                        .offsets(&Coord::from((i64::from(e), kt as i64, 0)))?;
+                    let key = kv0 + u + l;
+                    let valid: Cond = key.lt(&self.wg.len).into();
+                    elems.push(k.select(valid, k.slice(s, e, 1)?, self.neg_inf)?);
+                }
+                k.set(var, k.concat(&elems)?)?;
+            }
+            Ok(())
+        })?;
+        x.iter().map(|v| k.get(v)).collect()
     }
 
     /// The online softmax's step over the scores `x`: updates the running max and sum, and
@@ -207,11 +220,14 @@ impl<'w, 's, 'k, 'ctx> Mainloop<'w, 's, 'k, 'ctx> {
         }
         let m_old = k.get(&self.m)?;
         let m_new = k.fmax(m_old, tmax)?;
-        let alpha = k.exp2(k.fsub(m_old, m_new)?)?;
+        // Factors and probabilities below 2^-126 flush to zero (`exp2_ftz`): P is FP8 times
+        // 2^P_SCALE_LOG2, where they are zero anyway, and a factor that small leaves nothing
+        // of the accumulators it scales.
+        let alpha = k.exp2_ftz(k.fsub(m_old, m_new)?)?;
         let m4 = k.splat(m_new, 4)?;
         let probs = x
             .iter()
-            .map(|xv| k.exp2(k.fsub(*xv, m4)?))
+            .map(|xv| k.exp2_ftz(k.fsub(*xv, m4)?))
             .collect::<Result<Vec<_>>>()?;
         let psum = fold(k, &probs, |a, b| k.fadd(a, b))?;
         let l_new = k.fadd(k.fmul(k.get(&self.l)?, alpha)?, psum)?;
