@@ -477,7 +477,7 @@ impl ListSchedule {
                 .max()
                 .unwrap_or(0)
         };
-        let rounds_say = if n0 % slots == 0 {
+        let rounds_say = if n0.is_multiple_of(slots) {
             rounds * longest(0)
         } else {
             (rounds - 1) * longest(0) + longest(rounds - 1)
