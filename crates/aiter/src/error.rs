@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use tilegen_codeobj::CodeObjectError;
+use tilegen_device::RuntimeError;
 use tilegen_mx::MxError;
 use tilegen_output::OutputError;
 
@@ -77,6 +78,32 @@ pub enum AiterError {
         /// The symbol.
         symbol: String,
     },
+    /// A device's measurement cannot be a row of a tuned table.
+    #[error("the measured row of {kernel} at {shape}: {problem}")]
+    BadMeasurement {
+        /// The kernel's name.
+        kernel: String,
+        /// `MxNxK`.
+        shape: String,
+        /// The broken rule.
+        problem: String,
+    },
+    /// A device refused or failed an operation on a kernel's launch.
+    #[error("{kernel} at {shape}: {action}")]
+    Device {
+        /// The kernel's name.
+        kernel: String,
+        /// `MxNxK`.
+        shape: String,
+        /// What was being done (`loading the code object`, `launching`, ...).
+        action: &'static str,
+        /// The device's error.
+        #[source]
+        source: RuntimeError,
+    },
+    /// Settings a procedure cannot run with.
+    #[error("{0}")]
+    Settings(String),
     /// A GEMM problem the kernels cannot run.
     #[error(transparent)]
     Problem(#[from] ProblemError),

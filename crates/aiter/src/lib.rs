@@ -11,7 +11,9 @@
 //! * [`LaunchDescription`]: a launch with its buffers described by size, for consumers that
 //!   allocate their own memory (the timing model).
 //! * [`calibrate`]: predictors of kernel time against the measured table, with a fixed
-//!   calibration / held-out split.
+//!   calibration / held-out split; timing the kernels on a device and refitting the model on
+//!   those times ([`calibrate::device`]); [`write_tuned`] writes a device's measurements in the
+//!   tuned table's format.
 //! * [`fmoe`]: a second measured family, AITER's FP8 fused-MoE stage-1 asm kernels: index,
 //!   tuned rows, launch, routing, inputs and the timing model on every row.
 #![deny(missing_docs)]
@@ -38,4 +40,7 @@ pub use kernargs::{
 };
 pub use kernel::{F4GemmKernel, KernelImage, UNMASKED_N_TILES};
 pub use launch::{BindError, LaunchDescription};
-pub use table::{ASM_KERNEL_PREFIX, Shape, TableRow};
+pub use table::{
+    ASM_KERNEL_PREFIX, MeasuredRow, Shape, TUNED_COLUMNS, TableRow, aiter_rates, read_tuned,
+    tuned_csv, write_tuned,
+};

@@ -21,6 +21,10 @@
 //! * A move is kept only if it lowers the objective by more than 0.1 percentage point. A
 //!   parameter without a kept move whose trials all leave the objective within 0.5 point of
 //!   the best is not identifiable from these rows: it keeps its value and its source says so.
+//! * [`fit_with`] runs the same procedure on other rows (a device's measurements: their source
+//!   goes with the fitted entries, [`FitOptions::source`]) and may stop after a number of
+//!   candidates ([`FitOptions::max_trials`]): the parameters not tried by then keep their values
+//!   and sources, and [`Fitted::untried`] names them.
 
 use std::fmt::Write as _;
 
@@ -222,6 +226,11 @@ pub struct Fitted {
     pub values: Vec<(&'static str, f64, f64, bool)>,
     /// Every candidate scored, in order.
     pub trials: Vec<Trial>,
+    /// The candidate limit the search stopped at, if it stopped there
+    /// ([`FitOptions::max_trials`]); the parameters it had not tried yet keep their values.
+    pub stopped_at: Option<usize>,
+    /// The free parameters never tried because the search stopped at its limit.
+    pub untried: Vec<&'static str>,
 }
 
 impl Fitted {
@@ -265,23 +274,29 @@ impl Fitted {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fit on the calibration rows: median + p90 {:.1}% -> {:.1}% after {} candidates ({:.0} s of model CPU time)",
+            "fit on the calibration rows: median + p90 {:.1}% -> {:.1}% after {} candidates ({:.0} s of model CPU time){}",
             100.0 * self.start_objective,
             100.0 * self.objective,
             self.trials.len(),
-            self.trials.iter().map(|t| t.cpu_seconds).sum::<f64>()
+            self.trials.iter().map(|t| t.cpu_seconds).sum::<f64>(),
+            match self.stopped_at {
+                Some(n) => format!(", stopped at the limit of {n} candidates"),
+                None => String::new(),
+            }
         );
         for (name, from, to, identifiable) in &self.values {
+            let note = if self.untried.contains(name) {
+                "  (not tried before the candidate limit: kept)"
+            } else if *identifiable {
+                ""
+            } else {
+                "  (not identifiable: kept)"
+            };
             let _ = writeln!(
                 s,
-                "  {name:<34} {:>10} -> {:>10}{}",
+                "  {name:<34} {:>10} -> {:>10}{note}",
                 format_value(*from),
                 format_value(*to),
-                if *identifiable {
-                    ""
-                } else {
-                    "  (not identifiable: kept)"
-                }
             );
         }
         s
@@ -364,11 +379,66 @@ pub fn kernel_times(
     ))
 }
 
+/// How [`fit_with`] runs: where the evidence comes from, and how many candidates it may score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitOptions {
+    source: String,
+    max_trials: Option<usize>,
+}
+
+impl Default for FitOptions {
+    /// The procedure on AITER's table: [`CALIBRATED_SOURCE`], no candidate limit.
+    fn default() -> Self {
+        FitOptions {
+            source: CALIBRATED_SOURCE.to_string(),
+            max_trials: None,
+        }
+    }
+}
+
+impl FitOptions {
+    /// The source written for every fitted entry (what the rows are and where they were
+    /// measured, worded as [`CALIBRATED_SOURCE`] is: `calibrated on ...`); [`CALIBRATED_SOURCE`]
+    /// by default.
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
+    /// Stops the search after `n` candidates (the starting point is the first; at least 1),
+    /// keeping the best found: a quick, partial fit. `None` (the default) runs the procedure
+    /// to its end.
+    pub fn max_trials(mut self, n: Option<usize>) -> Self {
+        self.max_trials = n;
+        self
+    }
+
+    /// The source written for every fitted entry.
+    pub fn source_text(&self) -> &str {
+        &self.source
+    }
+
+    /// The candidate limit, if any.
+    pub fn trial_limit(&self) -> Option<usize> {
+        self.max_trials
+    }
+}
+
 /// Fits the free parameters of `start` on `rows` (pass the calibration rows only) by the
 /// procedure of the module documentation; `log` receives a line per candidate.
 pub fn fit(
     rows: &[CalibrationRow],
     start: &Params,
+    log: &mut dyn FnMut(&str),
+) -> Result<Fitted, AiterError> {
+    fit_with(rows, start, &FitOptions::default(), log)
+}
+
+/// [`fit`] with `options`: the fitted entries' source, and a limit on the candidates scored.
+pub fn fit_with(
+    rows: &[CalibrationRow],
+    start: &Params,
+    options: &FitOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<Fitted, AiterError> {
     let fit_err = |problem: String| AiterError::Fit {
@@ -378,6 +448,14 @@ pub fn fit(
     if rows.is_empty() {
         return Err(fit_err("no calibration rows".into()));
     }
+    if options.max_trials == Some(0) {
+        return Err(fit_err(
+            "a limit of 0 candidates leaves not even the starting point to score (at least 1)"
+                .into(),
+        ));
+    }
+    let source = options.source.as_str();
+    let limit = options.max_trials.unwrap_or(usize::MAX);
     let measured: Vec<f64> = rows.iter().map(|r| r.row().us()).collect();
     let mut trials = Vec::new();
     let score = |params: &Params,
@@ -408,7 +486,9 @@ pub fn fit(
     let (mut launch, start_objective) = score(&cur, None, 0.0, &mut trials, log)?;
     let mut best = start_objective;
     let mut sensitive = [false; FREE.len()];
-    for (sweep, &step) in STEPS.iter().enumerate() {
+    let mut tried = [false; FREE.len()];
+    let mut stopped_at = None;
+    'search: for (sweep, &step) in STEPS.iter().enumerate() {
         log(&format!(
             "sweep {} (steps of {:.0}%)",
             sweep + 1,
@@ -429,6 +509,12 @@ pub fn fit(
                     if xn == f.get(&cur) {
                         break;
                     }
+                    if trials.len() >= limit {
+                        log(&format!("stopped at the limit of {limit} candidates"));
+                        stopped_at = Some(limit);
+                        break 'search;
+                    }
+                    tried[i] = true;
                     let (l, obj) = score(&next, Some(f.name), xn, &mut trials, log)?;
                     if (obj - best).abs() > FLAT {
                         sensitive[i] = true;
@@ -449,26 +535,37 @@ pub fn fit(
     }
     let mut params = cur;
     params.clock.launch_overhead_us.value = launch;
-    params.clock.launch_overhead_us.source = CALIBRATED_SOURCE.to_string();
+    params.clock.launch_overhead_us.source = source.to_string();
     let mut values = vec![(
         "clock.launch_overhead_us",
         start.clock.launch_overhead_us.value,
         launch,
         true,
     )];
+    let mut untried = Vec::new();
     for (i, f) in FREE.iter().enumerate() {
         let from = f.get(start);
         let to = f.get(&params);
         if sensitive[i] {
-            f.set_source(&mut params, CALIBRATED_SOURCE.to_string());
+            f.set_source(&mut params, source.to_string());
+        } else if !tried[i] {
+            // Never moved: the value and its source are the start's.
+            untried.push(f.name);
         } else {
             let old = (f.entry)(&mut params.clone()).source.clone();
-            let source = if old.starts_with(CALIBRATED_SOURCE) {
-                format!("{CALIBRATED_SOURCE}; flat in the last fit, value kept")
+            let note = if source == CALIBRATED_SOURCE {
+                "not identifiable on the AITER calibration rows (the fit's trials left the error unchanged)".to_string()
             } else {
                 format!(
-                    "{old}; not identifiable on the AITER calibration rows (the fit's trials left the error unchanged)"
+                    "not identifiable when {source} (the fit's trials left the error unchanged)"
                 )
+            };
+            let source = if old.starts_with(source) {
+                format!("{source}; flat in the last fit, value kept")
+            } else if old.ends_with(&note) {
+                old
+            } else {
+                format!("{old}; {note}")
             };
             f.set_source(&mut params, source);
         }
@@ -480,6 +577,8 @@ pub fn fit(
         objective: best,
         values,
         trials,
+        stopped_at,
+        untried,
     })
 }
 
@@ -528,6 +627,19 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_of_no_candidate_is_refused_before_the_model_runs() {
+        let k = crate::kernel::tests::kernel(32, 128, false);
+        let rows = [crate::calibrate::tests::crow(1, 256, 512, 5.0, &k)];
+        let options = FitOptions::default().max_trials(Some(0));
+        let e = fit_with(&rows, &Params::mi355x(), &options, &mut |_| {})
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        assert_eq!(FitOptions::default().source_text(), CALIBRATED_SOURCE);
+        assert_eq!(FitOptions::default().trial_limit(), None);
+    }
+
+    #[test]
     fn free_parameters_round_trip_and_clamp() {
         let p = Params::mi355x();
         for f in FREE {
@@ -559,6 +671,8 @@ mod tests {
             objective: 0.5,
             values: vec![],
             trials: vec![],
+            stopped_at: None,
+            untried: vec![],
         };
         let toml = f.toml();
         let back = Params::from_toml_str(&toml).unwrap();

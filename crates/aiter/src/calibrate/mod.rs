@@ -13,8 +13,10 @@
 //! [`Evaluation`] runs predictors over the rows (in parallel) and reports the absolute relative
 //! error `|predicted - measured| / measured`: median and p90 per set, per M range and per
 //! kernel, the predictors side by side on the same rows, a CSV with every prediction and an
-//! SVG plot per predictor.
+//! SVG plot per predictor. [`device`] times the kernels of the rows on a device (an MI355X)
+//! and refits the model on those times.
 
+pub mod device;
 pub mod fit;
 mod model;
 mod report;
@@ -153,6 +155,13 @@ pub fn extra_rows(
         .map(|r| r.in_table(index))
         .collect();
     asm_rows(corpus, rows, |_| Set::Extra)
+}
+
+/// The MI355X asm-kernel rows of a table of the tuned table's columns whose times a device
+/// measured (`tilegen calibrate` writes one), split by kernel as the wheel's rows are
+/// ([`Set::of`]); the kernels come from the corpus.
+pub fn measured_rows(corpus: &Corpus, table: &Path) -> Result<Vec<CalibrationRow>, AiterError> {
+    asm_rows(corpus, crate::table::parse_tuned(table)?, Set::of)
 }
 
 fn asm_rows(
