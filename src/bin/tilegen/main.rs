@@ -2,6 +2,7 @@
 
 mod attention;
 mod build;
+mod calibrate;
 mod device;
 mod emu;
 mod gemm;
@@ -66,6 +67,9 @@ enum Command {
     /// Build the best kernels of a template ahead of time into a verified kernel pack; verify
     /// or inspect one.
     Pack(pack::PackArgs),
+    /// Time AITER's kernels and tilegen's on an MI355X (--device hsa[:N]), write the times in
+    /// AITER's tuned-table format and refit the timing model's parameters on them.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -120,5 +124,6 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Tune(args) => tune::run(args),
         Command::Pack(args) => pack::run(args),
         Command::Devices(args) => device::devices(args),
+        Command::Calibrate(args) => calibrate::run(args),
     }
 }
