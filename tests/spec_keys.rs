@@ -1,7 +1,9 @@
 //! Kernel names and cache keys are stable: tuning databases and kernel packs hold them, so a
 //! change to how specs are written in code must leave every spec's name, cache key and stored
 //! form as they were. The fixture was written from the generator before the spec was
-//! restructured; this test recomputes everything it records.
+//! restructured; this test recomputes everything it records. The template sections were
+//! rewritten once since, on purpose: their split-K specs became the exact (workspace and
+//! reduction) kernels, named `_exact`; atomic split-K specs keep the names and keys they had.
 //!
 //! The corpus: every spec of every GEMM template's space (in enumeration order), the
 //! preshuffled-B flag combinations of three tiles, every MoE template spec's kernel names and

@@ -383,10 +383,12 @@ knobs! {
     /// Split-K slices add their partials into C with atomics (bf16 output: each partial is
     /// rounded to bf16 and every add rounds again, up to split_k bf16 ulps off and the last bit
     /// nondeterministic) instead of storing f32 partials to a workspace that a reduction kernel
-    /// sums in a fixed order and rounds once (preb, with split_k > 1).
+    /// sums in a fixed order and rounds once (preb, with split_k > 1). The atomic kernel is the
+    /// one split-K specs named before the workspace existed, so it keeps their name and the
+    /// exact one is marked (only on split-K specs: see `KernelSpec::kernel_name`).
     SplitKAtomic [PrebKnobs] split_k_atomic: bool {
         default: |_| false,
-        piece: 21 => |x| x.then(|| "_atomic".to_string()),
+        piece: 21 => |x| (!x).then(|| "_exact".to_string()),
         stored: UnlessDefault,
         axis: Axis::Setting,
         range: None,
@@ -395,9 +397,9 @@ knobs! {
 
 /// Version of the stored form ([`SpecValues`]) that tuning databases and kernel packs record:
 /// 1 is every knob up to `b_prefetch_depth`, 2 adds `b_burst` (written only when on, so every
-/// spec without it is stored, and keyed, as in version 1), 3 adds `split_k_atomic`, written by
-/// every split-K spec: a split-K spec stored without it is from before the f32 workspace and
-/// added into C with atomics, and reads so. A build reads its own version and older ones, and
+/// spec without it is stored, and keyed, as in version 1), 3 adds `split_k_atomic`, written (as
+/// false) by the exact split-K specs alone: a split-K spec stored without it adds into C with
+/// atomics, as every one stored before the f32 workspace existed did, and reads so. A build reads its own version and older ones, and
 /// refuses newer ones, whose knobs it would not know.
 pub const SPEC_FORMAT: u32 = 3;
 
@@ -1149,6 +1151,8 @@ impl KernelSpec {
     pub fn kernel_name(&self) -> String {
         let mut pieces: Vec<(u8, String)> = Knob::ALL
             .iter()
+            // How slices are added means nothing without slices.
+            .filter(|&&k| k != Knob::SplitKAtomic || self.split_k() > 1)
             .filter_map(|&k| Some((k.rank(), k.piece(k.get(self)?)?)))
             .collect();
         pieces.sort_by_key(|(rank, _)| *rank);
@@ -1186,11 +1190,12 @@ impl KernelSpec {
 
 impl SpecValues {
     /// Whether the stored form writes knob `k`: always, unless it was added later and is at
-    /// its default. A split-K spec always writes `split_k_atomic`, so that its key differs
-    /// from that of a spec stored before the knob existed, whose kernel added with atomics.
+    /// its default. `split_k_atomic` is written by the exact split-K specs alone: an atomic
+    /// one is stored, named and keyed byte for byte as split-K specs were before the knob
+    /// existed (their kernels added with atomics), so older databases and packs still match.
     fn written(&self, k: Knob) -> bool {
-        if k == Knob::SplitKAtomic && self.split_k > 1 {
-            return true;
+        if k == Knob::SplitKAtomic {
+            return self.split_k > 1 && !self.split_k_atomic;
         }
         k.stored() != Stored::UnlessDefault || self.get(k) != k.default_value(self.variant)
     }
@@ -1604,7 +1609,12 @@ mod stored_tests {
         assert!(old.split_k_atomic() && !old.reduces_split_k());
         assert_eq!(old.bf16_ulps(), 4);
         assert_ne!(old.cache_key(), back.cache_key());
-        assert!(old.kernel_name().ends_with("_sk4_atomic"));
+        assert!(old.kernel_name().ends_with("_sk4"));
+        assert!(back.kernel_name().ends_with("_sk4_exact"));
+        // The atomic spec is written again as it was stored before the knob existed.
+        let old_json = json.replace(",\"split_k_atomic\":false", "");
+        assert_eq!(serde_json::to_string(&old).unwrap(), old_json);
+        assert!(!KernelSpec::new().kernel_name().contains("_exact"));
         assert_eq!(
             KernelSpec::new().split_k_atomic(true).validate(),
             Err(SpecError::Ignored {
