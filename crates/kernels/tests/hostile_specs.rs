@@ -442,5 +442,12 @@ fn split_k_rules() {
     let k = spec.build().unwrap();
     assert!(k.buffer_sizes(16, 7168, 1024).is_err());
     assert_eq!(k.grid(16, 7168), [56, 1, 4]);
-    assert!(k.accumulates_into_c());
+    // The slices go to a workspace the reduction sums; only the atomic form adds into C.
+    assert!(!k.accumulates_into_c());
+    let atomic = KernelSpec::new()
+        .split_k(4)
+        .split_k_atomic(true)
+        .build()
+        .unwrap();
+    assert!(atomic.accumulates_into_c());
 }
