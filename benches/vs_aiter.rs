@@ -37,7 +37,9 @@ use tilegen_tune::sweep::{self, Plan, Quiet, SweepOptions, Target};
 use tilegen_tune::template::{Shape, Template};
 use tilegen_tune::worker::{EvalSettings, Evaluator, InProcess, Runner};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod common;
+
+use common::BoxError;
 
 const USAGE: &str = "usage: cargo bench --bench vs_aiter -- [--out DIR] [--db FILE] [--m LIST] [--shape M,N,K]... [--recheck N] [--traces]\n  \
   --out DIR    where vs-aiter.md/.csv/.json (and traces) go (default target/vs-aiter)\n  \
@@ -126,30 +128,7 @@ fn parse() -> Result<Option<Args>, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("vs_aiter: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let mut msg = format!("vs_aiter: error: {e}");
-            let mut src = e.source();
-            while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
-                src = s.source();
-            }
-            eprintln!("{msg}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main("vs_aiter", USAGE, parse, run)
 }
 
 /// tilegen's side of one shape.

@@ -29,7 +29,9 @@ use tilegen::mx::moe::random_tokens;
 use tilegen::timing::{HELD_OUT_ERROR, Method, Params, TimingOptions};
 use tilegen_output::Output;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod common;
+
+use common::BoxError;
 
 const USAGE: &str = "usage: cargo bench --bench vs_aiter_moe -- [--out DIR] [--model gpt-oss|deepseek] [--tokens LIST] [--full-simulation]\n  \
   --out DIR       where vs-aiter-moe.md goes (default target/vs-aiter-moe)\n  \
@@ -138,30 +140,7 @@ fn parse() -> Result<Option<Args>, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("vs_aiter_moe: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let mut msg = format!("vs_aiter_moe: error: {e}");
-            let mut src = e.source();
-            while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
-                src = s.source();
-            }
-            eprintln!("{msg}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main("vs_aiter_moe", USAGE, parse, run)
 }
 
 /// Seeded uniform numbers in [-4, 4): router logits.

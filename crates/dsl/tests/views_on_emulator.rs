@@ -21,16 +21,23 @@ fn attrs() -> KernelAttrs {
 
 /// Runs kernel `name` of `built` with one 64-lane wave and an output buffer of `bytes`.
 fn run_one(built: &tilegen_dsl::Compiled, name: &str, bytes: usize) -> Vec<u8> {
+    run_on(built, name, vec![0; bytes])
+}
+
+/// Runs kernel `name` of `built` with one 64-lane wave on a buffer that starts as `data`;
+/// returns what the buffer holds after.
+fn run_on(built: &tilegen_dsl::Compiled, name: &str, data: Vec<u8>) -> Vec<u8> {
     let dev = EmuDevice::new();
     let module = dev.load(&built.code_object).unwrap();
-    let buf = dev.alloc(bytes as u64).unwrap();
+    let buf = dev.alloc(data.len() as u64).unwrap();
+    dev.copy_to_device(buf, &data).unwrap();
     let config = LaunchConfig {
         grid: [1, 1, 1],
         block: [64, 1, 1],
         dynamic_lds: 0,
     };
     launch(&dev, &module, name, &config, &[ArgValue::Ptr(buf)]).unwrap();
-    let mut got = vec![0u8; bytes];
+    let mut got = data;
     dev.copy_from_device(buf, &mut got).unwrap();
     got
 }
@@ -245,9 +252,6 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
     assert!(k.exp2_ftz(lane.into()).is_err());
     k.finish().unwrap();
     let built = compile(&k, CompileOptions::default()).unwrap();
-    let dev = EmuDevice::new();
-    let module = dev.load(&built.code_object).unwrap();
-    let buf = dev.alloc(64 * 16).unwrap();
     let input: Vec<u8> = (0..64)
         .flat_map(|l| {
             let x = 3.0 - 2.5 * l as f32;
@@ -255,15 +259,7 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
         })
         .flat_map(f32::to_le_bytes)
         .collect();
-    dev.copy_to_device(buf, &input).unwrap();
-    let config = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [64, 1, 1],
-        dynamic_lds: 0,
-    };
-    launch(&dev, &module, "exps", &config, &[ArgValue::Ptr(buf)]).unwrap();
-    let mut bytes = vec![0u8; 64 * 16];
-    dev.copy_from_device(buf, &mut bytes).unwrap();
+    let bytes = run_on(&built, "exps", input);
     let got: Vec<f32> = words(&bytes).into_iter().map(f32::from_bits).collect();
     let close = |got: f32, want: f64| {
         if want == 0.0 {
