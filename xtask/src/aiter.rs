@@ -15,7 +15,6 @@ use std::env;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use crate::{Result, root, run, step, venv_python};
 
@@ -172,16 +171,7 @@ fn download(dir: &Path) -> Result<bool> {
         return Ok(true);
     }
     // Only an unreachable index excuses the corpus; any other failure stops setup.
-    let reachable = crate::pip(&py)?
-        .args(["download", "-q", "--no-deps", "-d"])
-        .arg(crate::root().join("target/tmp"))
-        .arg("six==1.16.0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if reachable {
+    if crate::pypi_reachable(&py)? {
         return Err(format!(
             "pip download {AITER_PROJECT}=={AITER_VERSION} failed although PyPI is reachable \
              (a hash mismatch means PyPI serves a different file than the one pinned; {} on the \

@@ -346,6 +346,20 @@ fn pip(py: &Path) -> Result<Command> {
     Ok(cmd)
 }
 
+/// Whether PyPI answers: a small pinned download succeeds. Only an unreachable index excuses
+/// a missing peer; any other pip failure stops setup.
+fn pypi_reachable(py: &Path) -> Result<bool> {
+    Ok(pip(py)?
+        .args(["download", "-q", "--no-deps", "-d"])
+        .arg(root().join("target/tmp"))
+        .arg("six==1.16.0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false))
+}
+
 /// The free space on the disk that holds `dir`, as `df` prints it, for error messages.
 fn free_space(dir: &Path) -> String {
     Command::new("df")
@@ -390,16 +404,7 @@ fn setup_triton() -> Result<()> {
         let install = pip(&py)?.args(["install", "-q", TRITON]).status();
         if !matches!(install, Ok(s) if s.success()) {
             // Only an unreachable index excuses the peer checks; tests print a loud SKIP then.
-            let reachable = pip(&py)?
-                .args(["download", "-q", "--no-deps", "-d"])
-                .arg(root().join("target/tmp"))
-                .arg("six==1.16.0")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if reachable {
+            if pypi_reachable(&py)? {
                 return Err(format!(
                     "pip install {TRITON} failed although PyPI is reachable ({} on the disk of {})",
                     free_space(&venv_dir()),
