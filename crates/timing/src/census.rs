@@ -11,12 +11,13 @@
 //! them `1/n` of its HBM transfer on average; the mean of `1/n` over the lines XCD 0 loads
 //! with one load instruction is the share of that instruction's HBM traffic that is XCD 0's
 //! own. A kernel repeats its address pattern every loop step, so each wave runs only until
-//! it stands at the head of a loop that loads (a slot some later branch jumps back to over a
-//! load instruction) having loaded something itself: the prologue's loads, or the loop's
-//! first pass when the prologue loads nothing (or until the instruction budget). The
-//! simulation charges each load instruction's fetches its share; the instructions the census
-//! did not reach (a pipelined loop whose prologue loaded the first stages) take the mean
-//! share of the lines it saw, which load the same operands.
+//! it comes back to the head of a loop that loads (a slot some later branch jumps back to
+//! over a load instruction) having loaded something itself: one pass of the loop, after the
+//! prologue's loads if it has any (or until the instruction budget). Stopping at the first
+//! arrival instead would leave the loop's loads to the prologue's lines, which in a grouped
+//! MoE kernel are the routing tables every XCD reads, while the loop streams weights no other
+//! XCD touches. The simulation charges each load instruction's fetches its share; the
+//! instructions the census did not reach take the mean share of the lines it saw.
 
 use std::collections::HashMap;
 
@@ -119,6 +120,9 @@ impl CensusRun<'_> {
             }
         }
         let mut loaded = vec![false; waves_per_workgroup];
+        // The loop heads each wave of the workgroup has stood at, with its count of executed
+        // instructions when it first did.
+        let mut visited: Vec<Vec<(usize, u64)>> = vec![Vec::new(); waves_per_workgroup];
         // The census sets its own limit per wave (`budget`), and stops quietly at it.
         let unlimited = Budget::new(u64::MAX);
         // XCD 0's (slot, line) loads.
@@ -128,12 +132,22 @@ impl CensusRun<'_> {
                 let wg = Workgroup::new(d, index, waves_per_workgroup as u32, lds_bytes);
                 let run = run_workgroup_with(prog, d, &unlimited, wg, &mut waves, |w, lds| {
                     let slot = prog.slot(w.pc).map_or(usize::MAX, |(s, _)| s);
-                    let loaded = &mut loaded[w.id as usize % waves_per_workgroup];
-                    if w.executed > budget || (*loaded && head.get(slot).copied().unwrap_or(false))
-                    {
-                        // Enough of this wave (at the head of a loop that loads, with loads
-                        // seen, the loop repeats what they showed): it leaves the workgroup
-                        // as if it had ended, so barriers still release.
+                    let wave = w.id as usize % waves_per_workgroup;
+                    let loaded = &mut loaded[wave];
+                    let mut again = false;
+                    if head.get(slot).copied().unwrap_or(false) {
+                        // A wave held at its slot (a barrier, say) is stepped again with the
+                        // same count of executed instructions: not a second arrival.
+                        let seen = &mut visited[wave];
+                        match seen.iter().find(|&&(s, _)| s == slot) {
+                            Some(&(_, at)) => again = at != w.executed,
+                            None => seen.push((slot, w.executed)),
+                        }
+                    }
+                    if w.executed > budget || (*loaded && again) {
+                        // Enough of this wave (back at the head of a loop that loads, with
+                        // loads seen, the loop repeats what they showed): it leaves the
+                        // workgroup as if it had ended, so barriers still release.
                         return Ok(Step::End);
                     }
                     probe.vmem.valid = false;
@@ -155,6 +169,7 @@ impl CensusRun<'_> {
                     Ok(step)
                 });
                 loaded.fill(false);
+                visited.iter_mut().for_each(Vec::clear);
                 run?;
             }
         }

@@ -40,7 +40,7 @@
 //! the final round only: earlier rounds' traffic overlaps the next round). The other XCDs load some of XCD 0's lines in the same round
 //! (a GEMM's A rows, when its columns spread over the XCDs), and the MALL serves them from
 //! one HBM fetch: before a round is simulated, a census ([`CrossXcd`]) runs every XCD's
-//! workgroups of the round functionally up to the head of their first loop that loads and
+//! workgroups of the round functionally through one pass of their first loop that loads and
 //! counts which XCDs load which lines; each of XCD 0's load instructions then takes its share
 //! (the mean of `1 / XCDs` over its lines) of the HBM transfers it causes. A last round at
 //! least half full reuses the first round's census, and the rounds simulated together share

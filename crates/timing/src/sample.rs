@@ -466,7 +466,7 @@ impl Simulator<'_> {
                 c.own_share * 100.0,
                 match self.opts.cross_xcd {
                     CrossXcd::Known(_) => "census of an earlier run of the launch",
-                    _ => "census of every XCD's workgroups up to their first loop",
+                    _ => "census of every XCD's workgroups through one pass of their first loop",
                 }
             ));
         }
