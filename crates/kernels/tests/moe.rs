@@ -592,7 +592,9 @@ fn per_token_rule_specs() {
             hidden,
             inter,
         };
-        // 1, 20 and 50 rows per expert: each of the rule's branches.
+        // 1, 20 and 50 rows per expert: each of the rule's branches. Their gate/up tiles split
+        // each quantization block of the epilogue over 16 (the decode tile) and 8 lanes; the
+        // tiles of `tiles_and_flags` over 1, 2 and 4.
         for tokens in [2, 40, 100] {
             let spec = MoeSpec::new(Activation::Swiglu).for_tokens(&shape, tokens);
             cases.push((

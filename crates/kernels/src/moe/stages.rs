@@ -12,7 +12,7 @@ use tilegen_dsl::{
     Buffer, CachePolicy, DslError, Elem, I32Param, Int, Kernel, MmaAtom, PtrParam, Result,
     Signature, Storage, TileTensor, Ty, Value, dev_layout,
 };
-use tilegen_layout::{Coord, Idx, Layout};
+use tilegen_layout::{Coord, Idx, IndexValue, Layout};
 use tilegen_mx::Shuffler;
 
 use super::gather::{GatheredA, SortedRows, token_of};
@@ -441,8 +441,12 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         self.quantize(&lds, out, out_scales)
     }
 
-    /// Each work-item takes (row, block) items of the LDS tile: 32 activations, one E8M0 scale
-    /// and 16 bytes of FP4 codes, exactly as `tilegen_mx::quantize_block` computes them.
+    /// The (row, block) items of the LDS tile (32 activations each: one E8M0 scale and 16
+    /// bytes of FP4 codes, exactly as `tilegen_mx::quantize_block` computes them) spread over
+    /// the workgroup: an item's values are split over `parts` neighbouring lanes of one wave,
+    /// which share the block maximum through lane shuffles. One lane per item would leave a
+    /// small tile's quantization (a decode block: 16 items) to 16 lanes of the first wave,
+    /// each running the 32 values' conversion alone while the other waves wait.
     fn quantize(
         &self,
         lds: &tilegen_dsl::Lds<'ctx>,
@@ -456,6 +460,9 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         let per_row = half / SCALE_BLOCK;
         let items = bm * per_row;
         let threads = self.th.warps * 64;
+        let parts = lanes_per_item(items, threads);
+        let per_lane = SCALE_BLOCK / parts;
+        let units = items * parts;
         // Item q is block q % per_row of row q / per_row: neighbours write neighbouring bytes.
         let item = dev_layout(&Layout::col_major((per_row, bm)))?;
         // The tile's activations as f32 words, `(output, row)`.
@@ -488,47 +495,88 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         let at = [self.bid_y.idx(), self.bid_x.idx()];
         let out_tile = out_view.tile(&[bm, per_row], &at)?;
         let scale_tile = scale_view.tile(&[bm, per_row], &at)?;
-        let rounds = (items + threads - 1) / threads;
+        let log_parts = parts.trailing_zeros() as i64;
+        // Code bytes per lane: 4 bits per value.
+        let code_bytes = per_lane / 2;
+        let rounds = (units + threads - 1) / threads;
         for r in 0..rounds {
-            let q = self.th.tid + r * threads;
-            let body = || -> Result<()> {
-                let crd = item.idx2crd(&q.idx())?;
-                let (blk, row) = match crd.leaves().as_slice() {
-                    [b, r] => ((*b).clone(), (*r).clone()),
-                    l => {
-                        return Err(DslError::Modes {
-                            what: "an item's (block, row) coordinate",
-                            expected: 2,
-                            found: l.len(),
-                        });
-                    }
-                };
-                let block = words
-                    .tile(&[SCALE_BLOCK, 1], &[blk.clone(), row.clone()])?
-                    .load_values(&[0])?;
-                let vals: Vec<Int<'k, 'ctx>> = k
-                    .split(block, tilegen_arch::MX_BLOCK)?
-                    .into_iter()
-                    .map(|v| k.bitcast(v, Ty::I32)?.int(k))
-                    .collect::<Result<_>>()?;
-                let (codes, scale) = quantize_block(k, &vals)?;
-                let c = Coord::from((row, blk));
-                let (u, l) = out_tile.offsets(&c)?;
-                let packed =
-                    k.concat(&codes.iter().map(|&c| Value::from(c)).collect::<Vec<_>>())?;
-                k.buffer_store(&out, packed, l, u)?;
-                let (u, l) = scale_tile.offsets(&c)?;
-                let byte = k.slice(k.bitcast(scale.into(), Ty::vector(Elem::I8, 4))?, 0, 1)?;
-                k.buffer_store(&out_scales, byte, l, u)
+            let u = self.th.tid + r * threads;
+            let full = (r + 1) * threads <= units;
+            // Lanes past the last unit work on the last one (their loads stay in the tile)
+            // and store nothing: every lane of a wave takes part in the shuffles.
+            let unit = if full { u } else { u.min(&k.i32(units - 1)) };
+            let q = unit.shr(&k.i32(log_parts));
+            let part = unit.and(&k.i32(parts - 1));
+            let crd = item.idx2crd(&q.idx())?;
+            let (blk, row) = match crd.leaves().as_slice() {
+                [b, r] => ((*b).clone(), (*r).clone()),
+                l => {
+                    return Err(DslError::Modes {
+                        what: "an item's (block, row) coordinate",
+                        expected: 2,
+                        found: l.len(),
+                    });
+                }
             };
-            if (r + 1) * threads <= items {
-                body()?;
+            let slice = blk.mul(&Idx::Static(parts)).add(&part.idx());
+            let values = words
+                .tile(&[per_lane, 1], &[slice, row.clone()])?
+                .load_values(&[0])?;
+            let bits: Vec<Int<'k, 'ctx>> = k
+                .split(values, per_lane as u32)?
+                .into_iter()
+                .map(|v| k.bitcast(v, Ty::I32)?.int(k))
+                .collect::<Result<_>>()?;
+            let mut amax = block_amax(k, &bits)?;
+            let mut mask = 1;
+            while mask < parts {
+                let other = k.shuffle_xor(amax.into(), self.th.lane, mask)?.int(k)?;
+                amax = other.select(amax.lt(&other), &amax);
+                mask *= 2;
+            }
+            let scale = BlockScale::of(k, amax)?;
+            let codes = scale.encode(k, &bits)?;
+            let c = Coord::from((row, blk));
+            let store = || -> Result<()> {
+                let (u, l) = out_tile.offsets(&c)?;
+                let l = l + part.shl(&k.i32(code_bytes.trailing_zeros() as i64));
+                // A buffer store moves whole dwords, one i16 or one i8.
+                let packed = match code_bytes {
+                    1 => k.slice(k.bitcast(codes[0].into(), Ty::vector(Elem::I8, 4))?, 0, 1)?,
+                    2 => k.slice(k.bitcast(codes[0].into(), Ty::vector(Elem::I16, 2))?, 0, 1)?,
+                    _ => k.concat(&codes.iter().map(|&c| Value::from(c)).collect::<Vec<_>>())?,
+                };
+                k.buffer_store(&out, packed, l, u)?;
+                let first = || -> Result<()> {
+                    let (u, l) = scale_tile.offsets(&c)?;
+                    let byte =
+                        k.slice(k.bitcast(scale.code.into(), Ty::vector(Elem::I8, 4))?, 0, 1)?;
+                    k.buffer_store(&out_scales, byte, l, u)
+                };
+                if parts == 1 {
+                    first()
+                } else {
+                    k.if_then(part.eq(&k.i32(0)), first)
+                }
+            };
+            if full {
+                store()?;
             } else {
-                k.if_then(q.lt(&k.i32(items)), body)?;
+                k.if_then(u.lt(&k.i32(units)), store)?;
             }
         }
         Ok(())
     }
+}
+
+/// Lanes sharing one 32-value quantization block: the power of two (1 to 16, each lane
+/// keeping whole bytes of codes) that spreads `items` blocks over `threads` lanes best.
+fn lanes_per_item(items: i64, threads: i64) -> i64 {
+    let mut parts = 1;
+    while parts < 16 && items * parts * 2 <= threads {
+        parts *= 2;
+    }
+    parts
 }
 
 /// `act(gate, up)` in f32 on the device (the formulas of [`Activation`]), with
@@ -561,71 +609,85 @@ fn activation<'ctx>(
     }
 }
 
-/// OCP MXFP4 quantization of 32 f32 values (given as their bits): the E8M0 scale
-/// `2^(floor(log2(amax)) - 2)` clamped to the E8M0 range (127 for an all-zero block, 255 for a
-/// block with a NaN, 254 for one with an infinity), and per element the E2M1 code of
-/// `v / scale` rounded to nearest even and saturated, packed 8 to a dword (element 2i in the
-/// low nibble of byte i). All in integers on the bits: magnitudes of non-negative floats order
-/// like their bits, so the block maximum and the rounding thresholds are integer compares.
-fn quantize_block<'k, 'ctx>(
-    k: &'k Kernel<'ctx>,
-    bits: &[Int<'k, 'ctx>],
-) -> Result<([Int<'k, 'ctx>; 4], Int<'k, 'ctx>)> {
-    use tilegen_layout::IndexValue;
-    let c = |v: i64| k.i32(v);
-    let abs = |b: &Int<'k, 'ctx>| b.and(&c(0x7fff_ffff));
-    let amax = bits
-        .iter()
+/// The largest magnitude of `bits` (f32 values as their bits), as bits: magnitudes of
+/// non-negative floats order like their bits, and a NaN's bits lie above an infinity's.
+fn block_amax<'k, 'ctx>(k: &'k Kernel<'ctx>, bits: &[Int<'k, 'ctx>]) -> Result<Int<'k, 'ctx>> {
+    let abs = |b: &Int<'k, 'ctx>| b.and(&k.i32(0x7fff_ffff));
+    bits.iter()
         .map(abs)
         .reduce(|a, b| b.select(a.lt(&b), &a))
-        .ok_or_else(|| DslError::Missing("a block's values".into()))?;
-    let inf = c(0x7f80_0000);
-    let exp = amax.shr(&c(23));
-    let code = exp - 2;
-    let code = c(0).select(code.lt(&c(0)), &code);
-    let code = c(254).select(amax.eq(&inf), &code);
-    let code = c(127).select(amax.eq(&c(0)), &code);
-    let nan = inf.lt(&amax);
-    let scale = c(255).select(nan, &code);
-    // 1 / scale = 2^(127 - code): biased exponent 254 - code, or the denormal 2^-127.
-    let recip = (c(254) - code).shl(&c(23));
-    let recip = c(0x0040_0000).select(code.eq(&c(254)), &recip);
-    let recip = k.bitcast(recip.into(), Ty::F32)?;
-    // E2M1 magnitude codes 0..7 at thresholds 0.25 < m, 0.75 <= m, 1.25 < m, 1.75 <= m,
-    // 2.5 < m, 3.5 <= m, 5 < m (ties to the even code).
-    let ge = |v: f32| v.to_bits() as i64 - 1;
-    let gt = |v: f32| v.to_bits() as i64;
-    let thresholds = [
-        gt(0.25),
-        ge(0.75),
-        gt(1.25),
-        ge(1.75),
-        gt(2.5),
-        ge(3.5),
-        gt(5.0),
-    ];
-    let mut dwords = Vec::with_capacity(4);
-    for group in bits.chunks(8) {
-        let mut d = c(0);
-        for (i, b) in group.iter().enumerate() {
-            let v = k.bitcast((*b).into(), Ty::F32)?;
-            let q = k.bitcast(k.fmul(v, recip)?, Ty::I32)?.int(k)?;
-            let m = abs(&q);
-            let mut e = c(0);
-            for &t in &thresholds {
-                e = e + c(1).select(c(t).lt(&m), &c(0));
-            }
-            let sign = q.shr(&c(31)).shl(&c(3));
-            let code = e.xor(&sign);
-            let code = c(0).select(nan, &code);
-            d = d.xor(&code.shl(&c(4 * i as i64)));
-        }
-        dwords.push(d);
+        .ok_or_else(|| DslError::Missing("a block's values".into()))
+}
+
+/// OCP MXFP4 quantization of a 32-value block with maximum magnitude `amax`: the E8M0 scale
+/// `2^(floor(log2(amax)) - 2)` clamped to the E8M0 range (127 for an all-zero block, 255 for
+/// a block with a NaN, 254 for one with an infinity), and per element the E2M1 code of
+/// `v / scale` rounded to nearest even and saturated. All in integers on the bits, so the
+/// rounding thresholds are integer compares.
+struct BlockScale<'k, 'ctx> {
+    /// The E8M0 code.
+    code: Int<'k, 'ctx>,
+    /// `1 / scale` as an f32.
+    recip: Value<'ctx>,
+}
+
+impl<'k, 'ctx> BlockScale<'k, 'ctx> {
+    fn of(k: &'k Kernel<'ctx>, amax: Int<'k, 'ctx>) -> Result<Self> {
+        let c = |v: i64| k.i32(v);
+        let inf = c(0x7f80_0000);
+        let exp = amax.shr(&c(23));
+        let code = exp - 2;
+        let code = c(0).select(code.lt(&c(0)), &code);
+        let code = c(254).select(amax.eq(&inf), &code);
+        let code = c(127).select(amax.eq(&c(0)), &code);
+        let nan = inf.lt(&amax);
+        let scale = c(255).select(nan, &code);
+        // 1 / scale = 2^(127 - code): biased exponent 254 - code, or the denormal 2^-127.
+        let recip = (c(254) - code).shl(&c(23));
+        let recip = c(0x0040_0000).select(code.eq(&c(254)), &recip);
+        let recip = k.bitcast(recip.into(), Ty::F32)?;
+        Ok(BlockScale { code: scale, recip })
     }
-    let dwords: [Int<'k, 'ctx>; 4] = dwords
-        .try_into()
-        .map_err(|_| DslError::Internal("32 values make 4 dwords".into()))?;
-    Ok((dwords, scale))
+
+    /// The E2M1 codes of `bits` packed 8 to a dword (element 2i in the low nibble of byte
+    /// i); a last group of fewer than 8 fills the low nibbles of its dword.
+    fn encode(&self, k: &'k Kernel<'ctx>, bits: &[Int<'k, 'ctx>]) -> Result<Vec<Int<'k, 'ctx>>> {
+        let c = |v: i64| k.i32(v);
+        // E2M1 magnitude codes 0..7 at thresholds 0.25 < m, 0.75 <= m, 1.25 < m, 1.75 <= m,
+        // 2.5 < m, 3.5 <= m, 5 < m (ties to the even code).
+        let ge = |v: f32| v.to_bits() as i64 - 1;
+        let gt = |v: f32| v.to_bits() as i64;
+        let thresholds = [
+            gt(0.25),
+            ge(0.75),
+            gt(1.25),
+            ge(1.75),
+            gt(2.5),
+            ge(3.5),
+            gt(5.0),
+        ];
+        // A block with a NaN (scale code 255) has every code 0.
+        let nan = self.code.eq(&c(255));
+        let mut dwords = Vec::with_capacity(bits.len().div_ceil(8));
+        for group in bits.chunks(8) {
+            let mut d = c(0);
+            for (i, b) in group.iter().enumerate() {
+                let v = k.bitcast((*b).into(), Ty::F32)?;
+                let q = k.bitcast(k.fmul(v, self.recip)?, Ty::I32)?.int(k)?;
+                let m = q.and(&c(0x7fff_ffff));
+                let mut e = c(0);
+                for &t in &thresholds {
+                    e = e + c(1).select(c(t).lt(&m), &c(0));
+                }
+                let sign = q.shr(&c(31)).shl(&c(3));
+                let code = e.xor(&sign);
+                let code = c(0).select(nan, &code);
+                d = d.xor(&code.shl(&c(4 * i as i64)));
+            }
+            dwords.push(d);
+        }
+        Ok(dwords)
+    }
 }
 
 /// Emits the down kernel of `spec`.
@@ -869,4 +931,23 @@ pub(crate) fn reduce<'k, 'ctx>(k: &'k Kernel<'ctx>) -> Result<()> {
         .to_value(&z);
     let v = k.convert(k.get(&sum)?, Elem::Bf16)?;
     k.buffer_store(&out, v, at.select(keep, &out.records(k)), z)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lanes_per_item;
+
+    #[test]
+    fn quantization_blocks_spread_over_the_workgroup() {
+        // A decode tile (BM 16, BN 64: 16 blocks) on 4 waves: 16 lanes a block, all 256 busy.
+        assert_eq!(lanes_per_item(16, 256), 16);
+        // Never more than 16 (a lane keeps whole bytes of codes), never fewer than 1.
+        assert_eq!(lanes_per_item(1, 1024), 16);
+        assert_eq!(lanes_per_item(64, 512), 8);
+        assert_eq!(lanes_per_item(64, 128), 2);
+        assert_eq!(lanes_per_item(128, 128), 1);
+        assert_eq!(lanes_per_item(512, 256), 1);
+        // Not a power of two: the largest power that does not leave a round part-empty.
+        assert_eq!(lanes_per_item(24, 256), 8);
+    }
 }
