@@ -741,12 +741,36 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         )?),
         None => None,
     };
-    let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
-    ml.run()?;
     let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
     let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
     let pairs = tokens * topk;
     let weights = k.buffer(k.ptr_arg(p.weights)?, pairs * 4, CachePolicy::Always)?;
+    // Rows of the block of the wave's accumulators.
+    let row_of = accum_index(k, tile, &th, &mma, n, bid_x, (1, 0))?;
+    let values = (mma.atom.shape_mnk()[0] * mma.atom.shape_mnk()[1] / 64) as usize;
+    let (num_m, num_n) = (mma.num_m, mma.num_n);
+    // Each MMA tile row's pair, token and routing weight: two dependent loads the combine
+    // needs. Loaded after the main loop they follow its last MFMA (a decode block's whole K
+    // loop is one or two steps, so they were a sixth of its time); loaded before it they
+    // cost two registers per tile row for its length, so only where the wave has at most two
+    // tile rows.
+    let row_loads = |i: usize| -> Result<_> {
+        // Every value of tile row i is in one row of the block (checked).
+        let row = uniform_part(&row_of, i, num_n, values)?;
+        let pair = sorted.pair(row)?;
+        let token = token_of(pair, topk)?;
+        let z = k.i32(0);
+        let wz = Layout::new(pairs.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(pair.idx()))?;
+        let w = k.bitcast(k.buffer_load(&weights, wz.to_value(&z), z, 1)?, Ty::F32)?;
+        Ok((pair, token, w))
+    };
+    let early = if num_m <= 2 {
+        (0..num_m).map(row_loads).collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
+    ml.run()?;
     let combine = spec.combine_kind();
     let out = match combine {
         super::spec::Combine::Atomic => {
@@ -756,9 +780,6 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
             k.buffer(k.ptr_arg(p.out)?, pairs * n * 4, CachePolicy::Always)?
         }
     };
-    let atom = &ml.mma.atom;
-    // Rows of the block of the wave's accumulators.
-    let row_of = accum_index(k, tile, &th, &ml.mma, n, bid_x, (1, 0))?;
     // Byte layouts of the output: `[tokens, n]` bf16 or `[pairs, n]` f32.
     let out_layout = match combine {
         super::spec::Combine::Atomic => {
@@ -768,9 +789,8 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
             Layout::new((pairs.idx(), n.idx()), ((n * 4).idx(), Idx::Static(4)))?
         }
     };
-    let values = (atom.shape_mnk()[0] * atom.shape_mnk()[1] / 64) as usize;
     let runs = column_runs(
-        atom,
+        &ml.mma.atom,
         match combine {
             super::spec::Combine::Atomic => 2,
             super::spec::Combine::SortedReduce => 4,
@@ -778,13 +798,10 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     )?;
     let z = k.i32(0);
     for i in 0..ml.mma.num_m {
-        // Every value of tile row i is in one row of the block (checked).
-        let row = uniform_part(&row_of, i, ml.mma.num_n, values)?;
-        let pair = sorted.pair(row)?;
-        let token = token_of(pair, topk)?;
-        let wz = Layout::new(pairs.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(pair.idx()))?;
-        let w = k.buffer_load(&weights, wz.to_value(&z), z, 1)?;
-        let w = k.bitcast(w, Ty::F32)?;
+        let (pair, token, w) = match early.get(i) {
+            Some(&loaded) => loaded,
+            None => row_loads(i)?,
+        };
         for j in 0..ml.mma.num_n {
             let acc = ml.mma.accum_tile().load(&Coord::from((i, j)))?;
             let accs = k.split(acc, values as u32)?;
