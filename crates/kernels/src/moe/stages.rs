@@ -294,6 +294,15 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
     let bm = tile.bm as i64;
     let (bid_x, bid_y) = (k.block_id_x()?, k.block_id_y()?);
     let blocks = rows / bm;
+    let (slots, mma) = preb::mma_state(k, tile)?;
+    let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
+    let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
+    let x = k.buffer(k.ptr_arg(p.x)?, tokens * kb, CachePolicy::Always)?;
+    let xs = k.buffer(k.ptr_arg(p.x_scales)?, tokens * ks, CachePolicy::Always)?;
+    // The rows' token ids are loaded before the block's expert: neither depends on the other,
+    // and the expert's wave-uniform read waits for every load issued before it, so issued in
+    // this order the two latencies overlap instead of following each other.
+    let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
     let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
     let (b, sfb) = expert_b(
         k,
@@ -305,12 +314,6 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
         ks,
         tile.knobs().b_cache_policy,
     )?;
-    let (slots, mma) = preb::mma_state(k, tile)?;
-    let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
-    let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
-    let x = k.buffer(k.ptr_arg(p.x)?, tokens * kb, CachePolicy::Always)?;
-    let xs = k.buffer(k.ptr_arg(p.x_scales)?, tokens * ks, CachePolicy::Always)?;
-    let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
     // The biases are loaded before the main loop: their latency hides under its first stage's.
     let bias = match p.bias {
         Some(bp) => {
