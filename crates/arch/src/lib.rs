@@ -32,6 +32,11 @@ pub const MAX_ARCH_VGPRS: u32 = 256;
 /// The unified VGPR + AGPR file per lane (LLVM: 512 on gfx90a and later).
 pub const MAX_UNIFIED_VGPRS: u32 = 512;
 
+/// User SGPRs the hardware initialises at wave start (kernarg segment pointer, dispatch and
+/// queue pointers, preloaded kernel arguments: AMDGPUUsage "Initial Kernel Execution State",
+/// 16 on GFX9).
+pub const MAX_USER_SGPRS: u32 = 16;
+
 /// Granule in which a wave's unified VGPRs are allocated (LLVM `AMDGPUBaseInfo.cpp`
 /// `getVGPRAllocGranule`: 8 on gfx90a and later).
 pub const VGPR_ALLOC_GRANULE: u32 = 8;

@@ -212,6 +212,29 @@ impl<'ctx> Kernel<'ctx> {
                 ),
             );
         }
+        // The leading arguments are preloaded into SGPRs (`inreg`): gfx950 writes them at wave
+        // start, where otherwise each is a scalar load that LLVM places beside its first use,
+        // so a kernel's prologue paid several scalar-memory latencies one after another.
+        // gfx950 has 16 user SGPRs; the kernarg segment pointer takes 2, and a dispatch or
+        // queue pointer may take 2 more: the arguments preloaded fill at most 12.
+        let mut preload_dwords = 0;
+        for (i, (_, kind)) in signature.params.iter().enumerate() {
+            let dwords = match kind {
+                ParamKind::GlobalPtr => 2,
+                ParamKind::I32 => 1,
+            };
+            // A pointer starts at an even dword of the kernarg segment.
+            let start = if dwords == 2 {
+                preload_dwords + preload_dwords % 2
+            } else {
+                preload_dwords
+            };
+            if start + dwords > target::MAX_PRELOAD_KERNARG_DWORDS {
+                break;
+            }
+            preload_dwords = start + dwords;
+            func.add_attribute(AttributeLoc::Param(i as u32), enum_attr(ctx, "inreg", 0));
+        }
         for (i, (name, kind)) in signature.params.iter().enumerate() {
             let arg = func
                 .get_nth_param(i as u32)

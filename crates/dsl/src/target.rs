@@ -27,9 +27,12 @@ pub(crate) fn llvm_triple() -> TargetTriple {
 }
 // The machine's facts live in tilegen-arch; the builder checks against them.
 pub use tilegen_arch::{
-    COMPUTE_UNITS, MAX_ARCH_VGPRS, MAX_UNIFIED_VGPRS, MAX_WAVES_PER_SIMD, MAX_WORKGROUP_SIZE,
-    SIMDS_PER_CU, WAVE_SIZE, XCDS,
+    COMPUTE_UNITS, MAX_ARCH_VGPRS, MAX_UNIFIED_VGPRS, MAX_USER_SGPRS, MAX_WAVES_PER_SIMD,
+    MAX_WORKGROUP_SIZE, SIMDS_PER_CU, WAVE_SIZE, XCDS,
 };
+/// Kernel-argument dwords a kernel preloads into user SGPRs: the user SGPRs less the kernarg
+/// segment pointer's 2 and 2 kept for a dispatch or queue pointer.
+pub const MAX_PRELOAD_KERNARG_DWORDS: u32 = MAX_USER_SGPRS - 4;
 /// The processor LLVM compiles for.
 pub const CPU: &str = tilegen_arch::PROCESSOR;
 /// LDS bytes one workgroup may allocate: all of a CU's.
