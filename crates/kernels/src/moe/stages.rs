@@ -466,8 +466,13 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
         let parts = lanes_per_item(items, threads);
         let per_lane = SCALE_BLOCK / parts;
         let units = items * parts;
-        // Item q is block q % per_row of row q / per_row: neighbours write neighbouring bytes.
-        let item = dev_layout(&Layout::col_major((per_row, bm)))?;
+        // Unit u is part u % parts of block (u / parts) % per_row of row u / (parts per_row):
+        // neighbouring lanes write neighbouring bytes.
+        let unit_of = dev_layout(&Layout::col_major((parts, per_row, bm)))?;
+        // A lane's slice of its row: its part of its block, `per_lane` values.
+        let slice_of = dev_layout(&Layout::col_major((parts, per_row)))?;
+        // Code bytes per lane: 4 bits per value.
+        let code_bytes = per_lane / 2;
         // The tile's activations as f32 words, `(output, row)`.
         let words = TileTensor::packed(
             k,
@@ -476,16 +481,17 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
             32,
         )?;
         // The layer's activations `[rows, n / 2]` FP4 (n / 4 bytes a row), in sorted order, as
-        // `(row, block)` of 16-byte blocks, and their scales in the Shuffler's 4D layout over
-        // the rows padded to 32; the workgroup writes its `[BM, BN / 64]` tile of both.
+        // `(row, slice)` of the lanes' slices of code bytes, and their scales in the Shuffler's
+        // 4D layout over the rows padded to 32, as `(row, block)`; the workgroup writes its
+        // `[BM, BN / 64]` blocks of both.
         let n_out = self.n / 2;
         let blocks = n_out / SCALE_BLOCK;
         let out_view = TileTensor::new(
             k,
             Storage::Global(out),
             Layout::new(
-                (self.rows.idx(), blocks.idx()),
-                ((n_out / 2).idx(), Idx::Static(16)),
+                (self.rows.idx(), (blocks * parts).idx()),
+                ((n_out / 2).idx(), Idx::Static(code_bytes)),
             )?,
         );
         let s4 =
@@ -496,11 +502,9 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
             Layout::from_modes(vec![s4.mode(1)?, s4.mode(2)?]),
         );
         let at = [self.bid_y.idx(), self.bid_x.idx()];
-        let out_tile = out_view.tile(&[bm, per_row], &at)?;
+        let out_tile = out_view.tile(&[bm, per_row * parts], &at)?;
         let scale_tile = scale_view.tile(&[bm, per_row], &at)?;
-        let log_parts = parts.trailing_zeros() as i64;
-        // Code bytes per lane: 4 bits per value.
-        let code_bytes = per_lane / 2;
+        let z = k.i32(0);
         let rounds = (units + threads - 1) / threads;
         for r in 0..rounds {
             let u = self.th.tid + r * threads;
@@ -508,22 +512,20 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
             // Lanes past the last unit work on the last one (their loads stay in the tile)
             // and store nothing: every lane of a wave takes part in the shuffles.
             let unit = if full { u } else { u.min(&k.i32(units - 1)) };
-            let q = unit.shr(&k.i32(log_parts));
-            let part = unit.and(&k.i32(parts - 1));
-            let crd = item.idx2crd(&q.idx())?;
-            let (blk, row) = match crd.leaves().as_slice() {
-                [b, r] => ((*b).clone(), (*r).clone()),
+            let crd = unit_of.idx2crd(&unit.idx())?;
+            let (part, blk, row) = match crd.leaves().as_slice() {
+                [p, b, r] => ((*p).clone(), (*b).clone(), (*r).clone()),
                 l => {
                     return Err(DslError::Modes {
-                        what: "an item's (block, row) coordinate",
-                        expected: 2,
+                        what: "a lane's (part, block, row) coordinate",
+                        expected: 3,
                         found: l.len(),
                     });
                 }
             };
-            let slice = blk.mul(&Idx::Static(parts)).add(&part.idx());
+            let slice = slice_of.crd2idx(&Coord::from((part.clone(), blk.clone())))?;
             let values = words
-                .tile(&[per_lane, 1], &[slice, row.clone()])?
+                .tile(&[per_lane, 1], &[slice.clone(), row.clone()])?
                 .load_values(&[0])?;
             let bits: Vec<Int<'k, 'ctx>> = k
                 .split(values, per_lane as u32)?
@@ -539,10 +541,8 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
             }
             let scale = BlockScale::of(k, amax)?;
             let codes = scale.encode(k, &bits)?;
-            let c = Coord::from((row, blk));
             let store = || -> Result<()> {
-                let (u, l) = out_tile.offsets(&c)?;
-                let l = l + part.shl(&k.i32(code_bytes.trailing_zeros() as i64));
+                let (u, l) = out_tile.offsets(&Coord::from((row.clone(), slice.clone())))?;
                 // A buffer store moves whole dwords, one i16 or one i8.
                 let packed = match code_bytes {
                     1 => k.slice(k.bitcast(codes[0].into(), Ty::vector(Elem::I8, 4))?, 0, 1)?,
@@ -551,7 +551,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                 };
                 k.buffer_store(&out, packed, l, u)?;
                 let first = || -> Result<()> {
-                    let (u, l) = scale_tile.offsets(&c)?;
+                    let (u, l) = scale_tile.offsets(&Coord::from((row.clone(), blk.clone())))?;
                     let byte =
                         k.slice(k.bitcast(scale.code.into(), Ty::vector(Elem::I8, 4))?, 0, 1)?;
                     k.buffer_store(&out_scales, byte, l, u)
@@ -559,7 +559,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
                 if parts == 1 {
                     first()
                 } else {
-                    k.if_then(part.eq(&k.i32(0)), first)
+                    k.if_then(part.to_value(&z).eq(&z), first)
                 }
             };
             if full {
