@@ -120,6 +120,12 @@ impl<'k, 'ctx> Int<'k, 'ctx> {
         let c = self.lt(rhs);
         self.select(c, rhs)
     }
+
+    /// `max(self, rhs)` (signed).
+    pub fn max(&self, rhs: &Self) -> Self {
+        let c = self.lt(rhs);
+        rhs.select(c, self)
+    }
 }
 
 impl fmt::Debug for Int<'_, '_> {

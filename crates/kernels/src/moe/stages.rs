@@ -535,8 +535,7 @@ impl<'k, 'ctx> GateUpEpilogue<'_, 'k, 'ctx> {
             let mut amax = block_amax(k, &bits)?;
             let mut mask = 1;
             while mask < parts {
-                let other = k.shuffle_xor(amax.into(), self.th.lane, mask)?.int(k)?;
-                amax = other.select(amax.lt(&other), &amax);
+                amax = amax.max(&k.shuffle_xor(amax.into(), self.th.lane, mask)?.int(k)?);
                 mask *= 2;
             }
             let scale = BlockScale::of(k, amax)?;
@@ -612,13 +611,17 @@ fn activation<'ctx>(
     }
 }
 
+/// The magnitude of an f32 given as its bits, as bits (the sign cleared).
+fn magnitude<'k, 'ctx>(k: &'k Kernel<'ctx>, bits: &Int<'k, 'ctx>) -> Int<'k, 'ctx> {
+    bits.and(&k.i32(0x7fff_ffff))
+}
+
 /// The largest magnitude of `bits` (f32 values as their bits), as bits: magnitudes of
 /// non-negative floats order like their bits, and a NaN's bits lie above an infinity's.
 fn block_amax<'k, 'ctx>(k: &'k Kernel<'ctx>, bits: &[Int<'k, 'ctx>]) -> Result<Int<'k, 'ctx>> {
-    let abs = |b: &Int<'k, 'ctx>| b.and(&k.i32(0x7fff_ffff));
     bits.iter()
-        .map(abs)
-        .reduce(|a, b| b.select(a.lt(&b), &a))
+        .map(|b| magnitude(k, b))
+        .reduce(|a, b| a.max(&b))
         .ok_or_else(|| DslError::Missing("a block's values".into()))
 }
 
@@ -677,7 +680,7 @@ impl<'k, 'ctx> BlockScale<'k, 'ctx> {
             for (i, b) in group.iter().enumerate() {
                 let v = k.bitcast((*b).into(), Ty::F32)?;
                 let q = k.bitcast(k.fmul(v, self.recip)?, Ty::I32)?.int(k)?;
-                let m = q.and(&c(0x7fff_ffff));
+                let m = magnitude(k, &q);
                 let mut e = c(0);
                 for &t in &thresholds {
                     e = e + c(1).select(c(t).lt(&m), &c(0));
@@ -755,8 +758,8 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     // Each MMA tile row's pair, token and routing weight: two dependent loads the combine
     // needs. Loaded after the main loop they follow its last MFMA (a decode block's whole K
     // loop is one or two steps, so they were a sixth of its time); loaded before it they
-    // cost two registers per tile row for its length, so only where the wave has at most two
-    // tile rows.
+    // hold three registers per tile row through the loop, so only where the wave has at most
+    // two tile rows.
     let row_loads = |i: usize| -> Result<_> {
         // Every value of tile row i is in one row of the block (checked).
         let row = uniform_part(&row_of, i, num_n, values)?;
