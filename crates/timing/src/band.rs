@@ -15,16 +15,19 @@ pub struct ErrorBand {
     pub rows: u32,
 }
 
-/// The band of the parameters in `params.toml`: `aiter-calibrate` (`cargo xtask calibrate`)
-/// on the held-out rows of AMD's MI355X-measured AITER table (585 rows of 13 kernels the fit
-/// never saw). The harness warns when its held-out figures drift from these, so a model change
-/// that moves them also updates this. The fixed sustained clock and the warm rounds were
-/// chosen with these rows' per-regime errors in view, so they no longer count as unseen: the
-/// FP8 fused-MoE family (`aiter-fmoe`) is the evidence no model change has looked at.
+/// The band of the parameters in `params.toml`: `aiter-calibrate --extra-table ...` on the
+/// two held-out sets of AMD's MI355X-measured f4gemm rows, the wider of the two in each
+/// figure. The 585 held-out rows of the wheel's table (13 kernels the fit never saw) are
+/// spent: the fixed sustained clock, the warm rounds and the refit of the L2 channel rate were
+/// chosen with their per-regime errors in view, and they now give median 5.8%, p90 16.3%. The
+/// 62 rows of AITER's DeepSeek-V3 and Kimi tables (the `extra` set) no model change has looked
+/// at: median 7.5%, p90 16.6%. The band takes 7.5% and 16.6%, over both sets' 647 rows. The
+/// harness warns when its figures drift from these, so a model change that moves them also
+/// updates this. The FP8 fused-MoE family (`aiter-fmoe`) is held out too, reported on its own.
 pub const HELD_OUT_ERROR: ErrorBand = ErrorBand {
-    median: 0.071,
-    p90: 0.201,
-    rows: 585,
+    median: 0.075,
+    p90: 0.166,
+    rows: 647,
 };
 
 impl ErrorBand {
@@ -35,7 +38,7 @@ impl ErrorBand {
         lo > 0.0 && hi / lo - 1.0 < self.median
     }
 
-    /// `±7.1% (p90 20.1%)`: the band as a ratio's annotation.
+    /// `±7.5% (p90 16.6%)`: the band as a ratio's annotation.
     pub fn label(&self) -> String {
         format!(
             "±{:.1}% (p90 {:.1}%)",
@@ -52,10 +55,10 @@ mod tests {
     #[test]
     fn a_margin_inside_the_median_error_is_a_tie() {
         let b = HELD_OUT_ERROR;
-        assert!(b.ties(100.0, 105.0));
-        assert!(b.ties(105.0, 100.0));
-        assert!(!b.ties(100.0, 115.0));
+        assert!(b.ties(100.0, 107.0));
+        assert!(b.ties(107.0, 100.0));
+        assert!(!b.ties(100.0, 108.0));
         assert!(!b.ties(0.0, 1.0));
-        assert_eq!(b.label(), "±7.1% (p90 20.1%)");
+        assert_eq!(b.label(), "±7.5% (p90 16.6%)");
     }
 }

@@ -65,6 +65,10 @@ struct Args {
     /// With --fit: also write the fitted entries into FILE (the model's params.toml).
     #[arg(long, value_name = "FILE")]
     update: Option<PathBuf>,
+    /// With --fit: fit only this free parameter (e.g. vmem.l2_channel_bytes_per_cycle); the
+    /// launch overhead is always rescanned. Repeatable; without it every free parameter is fitted.
+    #[arg(long, value_name = "NAME", requires = "fit")]
+    fit_only: Vec<String>,
     /// The roofline only.
     #[arg(long)]
     no_model: bool,
@@ -215,7 +219,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .filter(|r| r.set() == Set::Calibration)
             .cloned()
             .collect();
-        let fitted = fit::fit(&cal, &params, &mut |line| eprintln!("{line}"))?;
+        let options = if args.fit_only.is_empty() {
+            fit::FitOptions::default()
+        } else {
+            fit::FitOptions::default().only(&args.fit_only)?
+        };
+        let fitted = fit::fit_with(&cal, &params, &options, &mut |line| eprintln!("{line}"))?;
         let path = out.join("fitted-params.toml");
         write_atomically(&path, fitted.toml().as_bytes())?;
         print!("{}", fitted.report());
@@ -273,21 +282,36 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut tables = eval.table();
     if !args.no_model {
         let _ = writeln!(tables, "{}", eval.comparison(0, 1));
+        // The band is the wider of the two held-out sets in each figure, over both.
         let held = eval.stats(1, Set::HeldOut, &Group::All);
+        let extra = eval.stats(1, Set::Extra, &Group::All);
         let band = tilegen_timing::HELD_OUT_ERROR;
-        let drifted = (held.median() - band.median).abs() > 0.0005
-            || (held.p90() - band.p90).abs() > 0.0005
-            || held.rows() != band.rows as usize;
-        if drifted && args.set == RowSet::All {
+        if args.set == RowSet::All && extra.rows() == 0 {
             let _ = writeln!(
                 tables,
-                "note: the held-out error here ({} rows, median {:.1}%, p90 {:.1}%) is not tilegen_timing::HELD_OUT_ERROR ({} rows, {}): the band the tuner and the benches print; update it when these parameters become the model's\n",
-                held.rows(),
-                100.0 * held.median(),
-                100.0 * held.p90(),
-                band.rows,
-                band.label()
+                "note: tilegen_timing::HELD_OUT_ERROR ({}, {} rows) also counts the rows of AITER's DeepSeek-V3 and Kimi tables: give them with --extra-table to check it\n",
+                band.label(),
+                band.rows
             );
+        } else if args.set == RowSet::All {
+            let (median, p90) = (
+                held.median().max(extra.median()),
+                held.p90().max(extra.p90()),
+            );
+            let rows = held.rows() + extra.rows();
+            if (median - band.median).abs() > 0.0005
+                || (p90 - band.p90).abs() > 0.0005
+                || rows != band.rows as usize
+            {
+                let _ = writeln!(
+                    tables,
+                    "note: the held-out error here (the wider of held-out and extra: {rows} rows, median {:.1}%, p90 {:.1}%) is not tilegen_timing::HELD_OUT_ERROR ({} rows, {}): the band the tuner and the benches print; update it when these parameters become the model's\n",
+                    100.0 * median,
+                    100.0 * p90,
+                    band.rows,
+                    band.label()
+                );
+            }
         }
     }
     let mut written = eval.write(&out)?;

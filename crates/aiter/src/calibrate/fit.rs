@@ -286,7 +286,7 @@ impl Fitted {
         );
         for (name, from, to, identifiable) in &self.values {
             let note = if self.untried.contains(name) {
-                "  (not tried before the candidate limit: kept)"
+                "  (not tried: outside --fit-only or past the candidate limit; kept)"
             } else if *identifiable {
                 ""
             } else {
@@ -384,6 +384,7 @@ pub fn kernel_times(
 pub struct FitOptions {
     source: String,
     max_trials: Option<usize>,
+    only: Option<Vec<&'static str>>,
 }
 
 impl Default for FitOptions {
@@ -392,6 +393,7 @@ impl Default for FitOptions {
         FitOptions {
             source: CALIBRATED_SOURCE.to_string(),
             max_trials: None,
+            only: None,
         }
     }
 }
@@ -411,6 +413,35 @@ impl FitOptions {
     pub fn max_trials(mut self, n: Option<usize>) -> Self {
         self.max_trials = n;
         self
+    }
+
+    /// Fits only the named entries of [`FREE`] (the launch overhead is always scanned): the
+    /// others keep their values and sources, and [`Fitted::untried`] names them. For refitting
+    /// a parameter a model change has left stale without moving the rest. Refused when a name
+    /// is not in [`FREE`] or no name is given.
+    pub fn only<S: AsRef<str>>(mut self, names: &[S]) -> Result<Self, AiterError> {
+        if names.is_empty() {
+            return Err(AiterError::Fit {
+                predictor: TimingModel::NAME.into(),
+                problem: "an empty list of parameters to fit leaves nothing to fit".into(),
+            });
+        }
+        let mut only = Vec::with_capacity(names.len());
+        for name in names {
+            let name = name.as_ref();
+            let Some(f) = FREE.iter().find(|f| f.name == name) else {
+                return Err(AiterError::Fit {
+                    predictor: TimingModel::NAME.into(),
+                    problem: format!(
+                        "`{name}` is not a free parameter of the fit (those are: {})",
+                        FREE.map(|f| f.name).join(", ")
+                    ),
+                });
+            };
+            only.push(f.name);
+        }
+        self.only = Some(only);
+        Ok(self)
     }
 
     /// The source written for every fitted entry.
@@ -497,6 +528,13 @@ pub fn fit_with(
         for (i, f) in FREE.iter().enumerate() {
             if sweep > 0 && !sensitive[i] {
                 // Flat in the coarse sweep: the fine one would be flat too.
+                continue;
+            }
+            if options
+                .only
+                .as_ref()
+                .is_some_and(|only| !only.contains(&f.name))
+            {
                 continue;
             }
             let x0 = f.get(&cur);
@@ -596,6 +634,24 @@ mod tests {
         assert!((o - (0.05 + 0.09)).abs() < 1e-12, "{o}");
         let (l, best) = best_launch(&kernel, &measured);
         assert!(best < o && (2.0..=3.0).contains(&l), "{l} {best}");
+    }
+
+    #[test]
+    fn only_names_free_parameters() {
+        let o = FitOptions::default()
+            .only(&["vmem.l2_channel_bytes_per_cycle"])
+            .unwrap();
+        assert_eq!(o.only, Some(vec!["vmem.l2_channel_bytes_per_cycle"]));
+        let e = FitOptions::default()
+            .only(&["clock.mfma_sustained_ghz"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("clock.mfma_sustained_ghz") && e.contains("vmem.hbm_gbs"),
+            "{e}"
+        );
+        let none: [&str; 0] = [];
+        assert!(FitOptions::default().only(&none).is_err());
     }
 
     #[test]
