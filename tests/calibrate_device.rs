@@ -24,9 +24,11 @@ const ROWS: usize = 5;
 
 /// How far a device time may be from the model's prediction of the same launch: the library
 /// reports the model's time in whole ticks of 10 ns, so half a tick (and the last bit of the
-/// CSV's four decimals).
+/// CSV's four decimals), and 1%: the library's buffers lie at other addresses than the
+/// evaluator's, and the model maps addresses to L2 channels and L1 sets, so the same launch
+/// meets slightly different channel contention.
 fn agrees(device_us: f64, model_us: f64) -> bool {
-    (device_us - model_us).abs() <= 0.005 + 1e-9
+    (device_us - model_us).abs() <= 0.005 + 0.01 * model_us + 1e-9
 }
 
 /// The tilegen specs timed: `--tilegen-specs` text and the spec.
