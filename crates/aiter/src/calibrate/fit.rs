@@ -421,22 +421,18 @@ impl FitOptions {
     /// is not in [`FREE`] or no name is given.
     pub fn only<S: AsRef<str>>(mut self, names: &[S]) -> Result<Self, AiterError> {
         if names.is_empty() {
-            return Err(AiterError::Fit {
-                predictor: TimingModel::NAME.into(),
-                problem: "an empty list of parameters to fit leaves nothing to fit".into(),
-            });
+            return Err(fit_err(
+                "an empty list of parameters to fit leaves nothing to fit".into(),
+            ));
         }
         let mut only = Vec::with_capacity(names.len());
         for name in names {
             let name = name.as_ref();
             let Some(f) = FREE.iter().find(|f| f.name == name) else {
-                return Err(AiterError::Fit {
-                    predictor: TimingModel::NAME.into(),
-                    problem: format!(
-                        "`{name}` is not a free parameter of the fit (those are: {})",
-                        FREE.map(|f| f.name).join(", ")
-                    ),
-                });
+                return Err(fit_err(format!(
+                    "`{name}` is not a free parameter of the fit (those are: {})",
+                    FREE.map(|f| f.name).join(", ")
+                )));
             };
             only.push(f.name);
         }
@@ -452,6 +448,14 @@ impl FitOptions {
     /// The candidate limit, if any.
     pub fn trial_limit(&self) -> Option<usize> {
         self.max_trials
+    }
+}
+
+/// The timing model's fit refused, with why.
+fn fit_err(problem: String) -> AiterError {
+    AiterError::Fit {
+        predictor: TimingModel::NAME.into(),
+        problem,
     }
 }
 
@@ -472,10 +476,6 @@ pub fn fit_with(
     options: &FitOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<Fitted, AiterError> {
-    let fit_err = |problem: String| AiterError::Fit {
-        predictor: TimingModel::NAME.into(),
-        problem,
-    };
     if rows.is_empty() {
         return Err(fit_err("no calibration rows".into()));
     }
