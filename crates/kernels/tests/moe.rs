@@ -352,6 +352,22 @@ fn tiles_and_flags() {
                     .with_prefetch(|p| p.cluster_drain_sched(true))
                     .with_prefetch(|p| p.with_cluster(|c| c.mfma_cluster(2))),
             ),
+        // The combine staged through LDS at its other geometries: 32-row MMA tiles read back
+        // 8 lanes a row (f32 partials), and a 128-wide wave a whole row per read.
+        MoeSpec::new(Activation::Swiglu)
+            .block_m(64)
+            .gate_up(tile(64))
+            .down(
+                tile(64)
+                    .wn(32)
+                    .bk_elems(256)
+                    .mma(tilegen_kernels::MfmaShape::M32N32K64),
+            )
+            .combine(Combine::SortedReduce),
+        MoeSpec::new(Activation::SiluMul)
+            .block_m(64)
+            .gate_up(tile(64))
+            .down(tile(64).bn(256).wn(128)),
     ];
     let cases = specs
         .into_iter()

@@ -759,7 +759,10 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     // needs. Loaded after the main loop they follow its last MFMA (a decode block's whole K
     // loop is one or two steps, so they were a sixth of its time); loaded before it they
     // hold three registers per tile row through the loop, so only where the wave has at most
-    // two tile rows.
+    // two tile rows. Otherwise every row's are loaded right after the loop, before the first
+    // combine access (such a wave's combine is staged, and the staging records every row's
+    // output row first): gfx950 counts stores and atomics in vmcnt too, so a load issued after
+    // a row's atomics would wait for all of them to be acknowledged.
     let row_loads = |i: usize| -> Result<_> {
         // Every value of tile row i is in one row of the block (checked).
         let row = uniform_part(&row_of, i, num_n, values)?;
@@ -770,52 +773,73 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         let w = k.bitcast(k.buffer_load(&weights, wz.to_value(&z), z, 1)?, Ty::F32)?;
         Ok((pair, token, w))
     };
-    let early = if num_m <= 2 {
+    let early = num_m <= 2;
+    let mut loaded = if early {
         (0..num_m).map(row_loads).collect::<Result<Vec<_>>>()?
     } else {
         Vec::new()
     };
     let ml = Mainloop::new(tile, th, kdim, a, b, sfb, bid_x, slots, mma, false);
     ml.run()?;
+    if !early {
+        loaded = (0..num_m).map(row_loads).collect::<Result<Vec<_>>>()?;
+    }
     let combine = spec.combine_kind();
-    let out = match combine {
-        super::spec::Combine::Atomic => {
-            k.buffer(k.ptr_arg(p.out)?, tokens * n * 2, CachePolicy::Always)?
-        }
-        super::spec::Combine::SortedReduce => {
-            k.buffer(k.ptr_arg(p.out)?, pairs * n * 4, CachePolicy::Always)?
-        }
+    let (out, out_layout) = match combine {
+        // `[tokens, n]` bf16.
+        super::spec::Combine::Atomic => (
+            k.buffer(k.ptr_arg(p.out)?, tokens * n * 2, CachePolicy::Always)?,
+            Layout::new((tokens.idx(), n.idx()), ((n * 2).idx(), Idx::Static(2)))?,
+        ),
+        // `[pairs, n]` f32.
+        super::spec::Combine::SortedReduce => (
+            k.buffer(k.ptr_arg(p.out)?, pairs * n * 4, CachePolicy::Always)?,
+            Layout::new((pairs.idx(), n.idx()), ((n * 4).idx(), Idx::Static(4)))?,
+        ),
     };
-    // Byte layouts of the output: `[tokens, n]` bf16 or `[pairs, n]` f32.
-    let out_layout = match combine {
-        super::spec::Combine::Atomic => {
-            Layout::new((tokens.idx(), n.idx()), ((n * 2).idx(), Idx::Static(2)))?
-        }
-        super::spec::Combine::SortedReduce => {
-            Layout::new((pairs.idx(), n.idx()), ((n * 4).idx(), Idx::Static(4)))?
-        }
-    };
-    let runs = column_runs(
-        &ml.mma.atom,
-        match combine {
-            super::spec::Combine::Atomic => 2,
-            super::spec::Combine::SortedReduce => 4,
-        },
-    )?;
+    let staging = spec.combine_staging();
+    let runs = column_runs(&ml.mma.atom, staging.vec as usize)?;
     let z = k.i32(0);
-    for i in 0..ml.mma.num_m {
-        let (pair, token, w) = match early.get(i) {
-            Some(&loaded) => loaded,
-            None => row_loads(i)?,
+    // One access of the combine: its output row (token, or pair for the sorted reduce) and
+    // column. Padding rows' output row is past the output's end (tokens, or tokens x topk), so
+    // those adds and stores are dropped by the buffer, as are columns past `n`.
+    let emit = |value: Value<'ctx>, out_row: Int<'k, 'ctx>, col: Int<'k, 'ctx>| -> Result<()> {
+        let at = out_layout
+            .crd2idx(&Coord::from((out_row.idx(), col.idx())))?
+            .to_value(&z)
+            .select(col.lt(&n), &out.records(k));
+        match combine {
+            super::spec::Combine::Atomic => k.buffer_atomic_fadd(&out, value, at, z),
+            super::spec::Combine::SortedReduce => k.buffer_store(&out, value, at, z),
+        }
+    };
+    let out_row = |pair: Int<'k, 'ctx>, token: Int<'k, 'ctx>| match combine {
+        super::spec::Combine::Atomic => token,
+        super::spec::Combine::SortedReduce => pair,
+    };
+    let stage = if spec.combine_staged() {
+        let stage = CombineStage::new(k, spec, &th, bid_x, n)?;
+        // The output row of each row of the block, which the rows read back from LDS look
+        // up: written by every lane of its tile row.
+        for (i, &(pair, token, _)) in loaded.iter().enumerate() {
+            let row = uniform_part(&row_of, i, num_n, values)?;
+            stage
+                .rows
+                .store(&Coord::Leaf(row.idx()), out_row(pair, token).into())?;
+        }
+        Some(stage)
+    } else {
+        None
+    };
+    for (i, &(pair, token, w)) in loaded.iter().enumerate() {
+        let chunk = match &stage {
+            Some(s) => Some(s.chunk(i, &ml.mma.atom)?),
+            None => None,
         };
-        for j in 0..ml.mma.num_n {
+        for j in 0..num_n {
             let acc = ml.mma.accum_tile().load(&Coord::from((i, j)))?;
             let accs = k.split(acc, values as u32)?;
             for run in &runs {
-                let first = Coord::from((run[0] as i64, i as i64, j as i64));
-                let (u, l) = col_of.offsets(&first)?;
-                let col = u + l;
-                let keep = col.lt(&n);
                 // The bias joins the expert's output before the routing weight scales it.
                 let scaled: Vec<Value<'ctx>> = run
                     .iter()
@@ -824,27 +848,204 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
                         None => k.fmul(accs[v], w),
                     })
                     .collect::<Result<_>>()?;
-                // Padding rows' pair is tokens x topk: their token and pair rows are past the
-                // output's end, so those adds and stores are dropped by the buffer.
-                let row = match combine {
-                    super::spec::Combine::Atomic => token,
-                    super::spec::Combine::SortedReduce => pair,
-                };
-                let at = out_layout
-                    .crd2idx(&Coord::from((row.idx(), col.idx())))?
-                    .to_value(&z)
-                    .select(keep, &out.records(k));
                 let value = k.concat(&scaled)?;
-                match combine {
-                    super::spec::Combine::Atomic => {
-                        k.buffer_atomic_fadd(&out, k.convert(value, Elem::Bf16)?, at, z)?
+                let value = match combine {
+                    super::spec::Combine::Atomic => k.convert(value, Elem::Bf16)?,
+                    super::spec::Combine::SortedReduce => value,
+                };
+                let first = Coord::from((run[0] as i64, 0, j as i64));
+                match (&stage, &chunk) {
+                    (Some(stage), Some(chunk)) => {
+                        let (u, l) = chunk.write.offsets(&first)?;
+                        k.lds_store(&stage.lds, u + l, value, staging.access_bytes())?;
                     }
-                    super::spec::Combine::SortedReduce => k.buffer_store(&out, value, at, z)?,
+                    _ => {
+                        let first = Coord::from((run[0] as i64, i as i64, j as i64));
+                        let (u, l) = col_of.offsets(&first)?;
+                        emit(value, out_row(pair, token), u + l)?;
+                    }
+                }
+            }
+        }
+        if let (Some(stage), Some(chunk)) = (&stage, &chunk) {
+            // Orders the wave's writes of this tile row before its reads of them (other
+            // lanes' values) and, with the other buffer, its reads of the last row before its
+            // next writes.
+            k.barrier_lds_only()?;
+            let ty = match combine {
+                super::spec::Combine::Atomic => Ty::vector(Elem::Bf16, 2),
+                super::spec::Combine::SortedReduce => Ty::vector(Elem::F32, 4),
+            };
+            let [reads, groups] = chunk.reads;
+            for t in 0..reads {
+                for g in 0..groups {
+                    let c = Coord::from((t, g));
+                    let (ru, rl) = chunk.row.offsets(&c)?;
+                    let (cu, cl) = chunk.col.offsets(&c)?;
+                    let (vu, vl) = chunk.read.offsets(&c)?;
+                    let value = k.lds_load(&stage.lds, vu + vl, ty, staging.access_bytes())?;
+                    let row = stage.rows.load(&Coord::Leaf((ru + rl).idx()))?.int(k)?;
+                    emit(value, row, cu + cl)?;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// The down kernel's combine through LDS. In the accumulators' layout a lane's values of one
+/// MMA tile row are a few columns of one row, so an access straight from them touches as many
+/// output rows (cache lines) as the tile has rows, each for a few bytes. Staged, each wave's
+/// outputs of one tile row are read back row-major, so one access covers whole row segments
+/// of its columns: for a 64-wide wave and the bf16 atomic, two 128-byte rows instead of
+/// sixteen partial lines.
+struct CombineStage<'k, 'ctx> {
+    lds: tilegen_dsl::Lds<'ctx>,
+    /// The output row (token or pair) of each row of the block, `[BM]` i32.
+    rows: TileTensor<'k, 'ctx>,
+    /// The staging buffers, `[2 x waves x atom rows, WN]` elements.
+    whole: TileTensor<'k, 'ctx>,
+    /// The same, in accesses of `vec` elements: `[2 x waves x atom rows, WN / vec]`.
+    whole_read: TileTensor<'k, 'ctx>,
+    /// The row in the block of each access of the wave's rows, `[BM, WN / vec]`.
+    row_of: TileTensor<'k, 'ctx>,
+    /// The output column of each read of a tile row.
+    col_of: TileTensor<'k, 'ctx>,
+    th: Threads<'k, 'ctx>,
+    threads: Layout,
+    atom_rows: i64,
+    wn: i64,
+    vec: i64,
+}
+
+/// One tile row's staging buffer of the wave.
+struct Chunk<'k, 'ctx> {
+    /// Written in the accumulators' layout: modes (value, 1, tile column).
+    write: TileTensor<'k, 'ctx>,
+    /// Read by the lane: modes (read, column group) of `vec`-element accesses.
+    read: TileTensor<'k, 'ctx>,
+    /// The row in the block and the output column of each read.
+    row: TileTensor<'k, 'ctx>,
+    col: TileTensor<'k, 'ctx>,
+    /// Extents of the read modes.
+    reads: [i64; 2],
+}
+
+impl<'k, 'ctx> CombineStage<'k, 'ctx> {
+    fn new(
+        k: &'k Kernel<'ctx>,
+        spec: &MoeSpec,
+        th: &Threads<'k, 'ctx>,
+        bid_x: Int<'k, 'ctx>,
+        n: Int<'k, 'ctx>,
+    ) -> Result<Self> {
+        let tile = spec.tile(Stage::Down);
+        let staging = spec.combine_staging();
+        let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
+        let atom_rows = i64::from(tile.mma.mn());
+        let (eb, vec) = (i64::from(staging.elem_bytes), i64::from(staging.vec));
+        let row_bytes = wn * eb + i64::from(staging.access_bytes());
+        let buffers = 2 * th.warps * atom_rows;
+        let lds_size = |what: &str, bytes: i64| {
+            u32::try_from(bytes).map_err(|_| DslError::LdsSize {
+                name: what.into(),
+                bytes: bytes as u64,
+            })
+        };
+        let rows_lds = k.lds_alloc("moe_out_rows", lds_size("moe_out_rows", bm * 4)?, 16)?;
+        let lds = k.lds_alloc("moe_out", lds_size("moe_out", buffers * row_bytes)?, 16)?;
+        let rows = TileTensor::packed(
+            k,
+            Storage::Lds(rows_lds),
+            dev_layout(&Layout::new(bm, 1)?)?,
+            32,
+        )?;
+        let whole = TileTensor::new(
+            k,
+            Storage::Lds(lds),
+            dev_layout(&Layout::new((buffers, wn), (row_bytes, eb))?)?,
+        );
+        let whole_read = TileTensor::new(
+            k,
+            Storage::Lds(lds),
+            dev_layout(&Layout::new((buffers, wn / vec), (row_bytes, eb * vec))?)?,
+        );
+        // Lanes along a row's accesses first, then down the rows: one read instruction covers
+        // whole row segments.
+        let lanes_per_row = (wn / vec).min(64);
+        if 64 % lanes_per_row != 0 || (wn / vec) % lanes_per_row != 0 {
+            return Err(DslError::Internal(format!(
+                "a {wn}-wide wave's rows of {vec}-element accesses do not tile 64 lanes"
+            )));
+        }
+        let threads = Layout::new((64 / lanes_per_row, lanes_per_row), (lanes_per_row, 1))?;
+        if atom_rows % (64 / lanes_per_row) != 0 {
+            return Err(DslError::Internal(format!(
+                "{} rows a read do not tile the {atom_rows} rows of an MMA tile row",
+                64 / lanes_per_row
+            )));
+        }
+        let row_of = TileTensor::index(k, dev_layout(&Layout::new((bm, wn / vec), (1, 0))?)?);
+        let col_of = TileTensor::index(
+            k,
+            Layout::new(
+                (Idx::Static(atom_rows), n.idx()),
+                (Idx::Static(0), Idx::Static(1)),
+            )?,
+        )
+        .tile(&[atom_rows, bn], &[Idx::Static(0), bid_x.idx()])?
+        .tile(&[atom_rows, wn], &[Idx::Static(0), th.wave.idx()])?
+        .vectorize(&[1, vec])?
+        .distribute(&threads, th.lane)?;
+        Ok(CombineStage {
+            lds,
+            rows,
+            whole,
+            whole_read,
+            row_of,
+            col_of,
+            th: *th,
+            threads,
+            atom_rows,
+            wn,
+            vec,
+        })
+    }
+
+    /// Tile row `i`'s buffer of the wave (two alternate, so a row's writes never meet the last
+    /// row's reads in the same bytes).
+    fn chunk(&self, i: usize, atom: &impl MmaAtom) -> Result<Chunk<'k, 'ctx>> {
+        let (rows, wn, vec) = (self.atom_rows, self.wn, self.vec);
+        let which = self
+            .th
+            .wave
+            .idx()
+            .add(&Idx::Static((i as i64 % 2) * self.th.warps));
+        let write = self
+            .whole
+            .tile(&[rows, wn], &[which.clone(), Idx::Static(0)])?;
+        let read = self
+            .whole_read
+            .tile(&[rows, wn / vec], &[which, Idx::Static(0)])?
+            .distribute(&self.threads, self.th.lane)?;
+        let reads = match read.layout().shape().static_leaves().as_deref() {
+            Some(&[t, g]) => [t, g],
+            _ => {
+                return Err(DslError::NotStatic("the reads of a staged tile row"));
+            }
+        };
+        let row = self
+            .row_of
+            .tile(&[rows, wn / vec], &[Idx::Static(i as i64), Idx::Static(0)])?
+            .distribute(&self.threads, self.th.lane)?;
+        Ok(Chunk {
+            write: write.partition_c(atom, self.th.lane)?,
+            read,
+            row,
+            col: self.col_of.clone(),
+            reads,
+        })
+    }
 }
 
 /// The row (per lane) of every accumulator value of MMA tile row `i`, checked to be one row:
