@@ -115,20 +115,29 @@ impl<'ctx> Kernel<'ctx> {
     /// LLVM pays for that with a compare, a select and a rescale around every exponential;
     /// a softmax, whose probabilities that small are zero in any output format, need not.
     pub fn exp2_ftz(&self, a: Value<'ctx>) -> Result<Value<'ctx>> {
+        self.f32_hardware("exp2_ftz", "llvm.amdgcn.exp2", a)
+    }
+
+    /// `1 / a` on f32 elements by the hardware's `v_rcp_f32` alone (within 1 ulp; results below
+    /// 2^-126 flushed to zero). A division [`Kernel::fdiv`] is correctly rounded, which LLVM
+    /// pays for with a scale, a Newton step and a fix-up of about ten instructions and their
+    /// hazard waits.
+    pub fn rcp_approx(&self, a: Value<'ctx>) -> Result<Value<'ctx>> {
+        self.f32_hardware("rcp_approx", "llvm.amdgcn.rcp", a)
+    }
+
+    /// The one-operand f32 intrinsic `name` on each element of `a`.
+    fn f32_hardware(&self, op: &'static str, name: &str, a: Value<'ctx>) -> Result<Value<'ctx>> {
         let ty = a.ty();
         if ty.elem != Elem::F32 {
             return Err(DslError::Operand {
-                op: "exp2_ftz",
+                op,
                 rule: format!("takes f32 elements, not {ty:?}"),
             });
         }
         let f32t = self.ctx.f32_type();
         let one = |x: Value<'ctx>| -> Result<Value<'ctx>> {
-            Value::new(self.call_intrinsic_value(
-                "llvm.amdgcn.exp2",
-                &[f32t.into()],
-                &[x.v.into()],
-            )?)
+            Value::new(self.call_intrinsic_value(name, &[f32t.into()], &[x.v.into()])?)
         };
         if ty.lanes == 1 {
             return one(a);

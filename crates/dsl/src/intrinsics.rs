@@ -31,5 +31,6 @@ pub const KNOWN: &[&str] = &[
     "llvm.maxnum",
     "llvm.exp2",
     "llvm.amdgcn.exp2",
+    "llvm.amdgcn.rcp",
     "llvm.fabs",
 ];

@@ -308,6 +308,71 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
     assert!(subnormals > 5, "the inputs must cross the subnormal range");
 }
 
+/// `rcp_approx` is the hardware reciprocal: within one ulp of `1 / x` on normal inputs and
+/// results, 0 for infinities, and per element on vectors.
+#[test]
+fn reciprocal_on_the_emulator() {
+    let ctx = Context::create();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let k = Kernel::new(&ctx, "rcps", &sig, attrs()).unwrap();
+    let lane = k.thread_id().unwrap();
+    let out = k
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(64 * 16),
+            CachePolicy::Always,
+        )
+        .unwrap();
+    let xy = k
+        .bitcast(
+            k.buffer_load(&out, lane * 16, k.i32(0), 2).unwrap(),
+            Ty::vector(Elem::F32, 2),
+        )
+        .unwrap();
+    let x = k.slice(xy, 0, 1).unwrap();
+    k.buffer_store(&out, k.rcp_approx(x).unwrap(), lane * 16, k.i32(0))
+        .unwrap();
+    k.buffer_store(&out, k.rcp_approx(xy).unwrap(), lane * 16 + 4, k.i32(0))
+        .unwrap();
+    assert!(k.rcp_approx(lane.into()).is_err());
+    k.finish().unwrap();
+    let built = compile(&k, CompileOptions::default()).unwrap();
+    // Lane l: x from 1 to about 1e30 and its negative partner, the last lane infinity.
+    let value = |l: usize| -> (f32, f32) {
+        if l == 63 {
+            (f32::INFINITY, f32::NEG_INFINITY)
+        } else {
+            let x = 1.37f32.powi(l as i32 * 3) * 1.001;
+            (x, -x / 3.0)
+        }
+    };
+    let input: Vec<u8> = (0..64)
+        .flat_map(|l| {
+            let (x, y) = value(l);
+            [x, y, 0.0, 0.0]
+        })
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    let bytes = run_on(&built, "rcps", input);
+    let got: Vec<f32> = words(&bytes).into_iter().map(f32::from_bits).collect();
+    let within_ulp = |got: f32, x: f32| {
+        let want = 1.0 / x as f64;
+        if want == 0.0 {
+            return got == 0.0;
+        }
+        let ulp = f32::EPSILON as f64 * (want as f32).abs() as f64;
+        (got as f64 - want).abs() <= ulp
+    };
+    for l in 0..64usize {
+        let (x, y) = value(l);
+        let w = &got[4 * l..4 * l + 3];
+        assert!(within_ulp(w[0], x), "lane {l}: rcp({x}) = {}", w[0]);
+        assert!(within_ulp(w[1], x), "lane {l}: vector rcp({x}) = {}", w[1]);
+        assert!(within_ulp(w[2], y), "lane {l}: vector rcp({y}) = {}", w[2]);
+    }
+}
+
 #[test]
 fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
     let ctx = Context::create();
