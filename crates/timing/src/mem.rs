@@ -3,7 +3,7 @@
 //! every level with a bandwidth is a FIFO server, so latency grows with load (a request waits
 //! for the bytes queued before it).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 use serde::Serialize;
@@ -135,14 +135,19 @@ impl Cache {
     }
 }
 
-/// A large cache approximated as FIFO over a hash set (the MALL: far larger than what a
-/// sampled simulation touches, so replacement details rarely matter).
+/// A large cache approximated as FIFO over a hash map (the MALL: far larger than what a
+/// sampled simulation touches, so replacement details rarely matter). A line is present while
+/// fewer than `capacity` fills came after its own: each entry keeps its fill's sequence number,
+/// so an eviction is a comparison, not a removal from the map (which was most of the MALL's
+/// cost once a launch touches more lines than it holds); stale entries are swept out when the
+/// map reaches twice the capacity.
 #[derive(Clone, Debug)]
 pub(crate) struct FifoCache {
-    capacity: usize,
-    /// Lines present and when their data is there.
-    present: HashMap<u64, f64, BuildLineHasher>,
-    order: VecDeque<u64>,
+    capacity: u64,
+    /// Lines filled, with their fill's sequence number and when their data is there.
+    present: HashMap<u64, (u64, f64), BuildLineHasher>,
+    /// Fills so far.
+    fills: u64,
 }
 
 /// A multiplicative hash of line numbers (the standard library's SipHash is most of the
@@ -182,9 +187,9 @@ impl std::hash::BuildHasher for BuildLineHasher {
 impl FifoCache {
     pub(crate) fn new(lines: u64) -> FifoCache {
         FifoCache {
-            capacity: lines.max(1) as usize,
+            capacity: lines.max(1),
             present: HashMap::default(),
-            order: VecDeque::new(),
+            fills: 0,
         }
     }
 
@@ -199,18 +204,21 @@ impl FifoCache {
 
     /// When the data of `line` is there, if it is present (or being filled).
     pub(crate) fn lookup(&self, line: u64) -> Option<f64> {
-        self.present.get(&line).copied()
+        match self.present.get(&line) {
+            Some(&(seq, t)) if seq + self.capacity > self.fills => Some(t),
+            _ => None,
+        }
     }
 
-    /// Inserts `line` (just missed), whose data arrives at `t`, evicting the oldest line.
+    /// Inserts `line` (just missed), whose data arrives at `t`; the oldest line leaves.
     pub(crate) fn fill(&mut self, line: u64, t: f64) {
-        if self.order.len() >= self.capacity
-            && let Some(old) = self.order.pop_front()
-        {
-            self.present.remove(&old);
+        self.fills += 1;
+        self.present.insert(line, (self.fills, t));
+        if self.present.len() as u64 >= 2 * self.capacity {
+            let (fills, capacity) = (self.fills, self.capacity);
+            self.present
+                .retain(|_, &mut (seq, _)| seq + capacity > fills);
         }
-        self.present.insert(line, t);
-        self.order.push_back(line);
     }
 }
 
