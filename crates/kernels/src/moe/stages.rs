@@ -662,19 +662,15 @@ impl<'k, 'ctx> BlockScale<'k, 'ctx> {
     /// i); a last group of fewer than 8 fills the low nibbles of its dword.
     fn encode(&self, k: &'k Kernel<'ctx>, bits: &[Int<'k, 'ctx>]) -> Result<Vec<Int<'k, 'ctx>>> {
         let c = |v: i64| k.i32(v);
-        // E2M1 magnitude codes 0..7 at thresholds 0.25 < m, 0.75 <= m, 1.25 < m, 1.75 <= m,
-        // 2.5 < m, 3.5 <= m, 5 < m (ties to the even code).
-        let ge = |v: f32| v.to_bits() as i64 - 1;
-        let gt = |v: f32| v.to_bits() as i64;
-        let thresholds = [
-            gt(0.25),
-            ge(0.75),
-            gt(1.25),
-            ge(1.75),
-            gt(2.5),
-            ge(3.5),
-            gt(5.0),
-        ];
+        // E2M1 magnitude codes 0..7, rounded to nearest even and saturated at 6. From 1.0 up
+        // the f32 bits round to one mantissa bit (add half an ulp of it less one, plus the
+        // kept bit for ties to even) and the exponent and that bit are the code (1.0 is 2;
+        // past 6 it saturates to 7). Below 1.0 two thresholds: 0.25 < m gives 0.5 and
+        // 0.75 <= m gives 1.0 (ties to the even code).
+        let one = f32::to_bits(1.0) as i64;
+        let half_ulp = (1i64 << 21) - 1;
+        let code_of_one = (one >> 22) - 2;
+        let below_one = [f32::to_bits(0.25) as i64, f32::to_bits(0.75) as i64 - 1];
         // A block with a NaN (scale code 255) has every code 0.
         let nan = self.code.eq(&c(255));
         let mut dwords = Vec::with_capacity(bits.len().div_ceil(8));
@@ -684,10 +680,13 @@ impl<'k, 'ctx> BlockScale<'k, 'ctx> {
                 let v = k.bitcast((*b).into(), Ty::F32)?;
                 let q = k.bitcast(k.fmul(v, self.recip)?, Ty::I32)?.int(k)?;
                 let m = magnitude(k, &q);
-                let mut e = c(0);
-                for &t in &thresholds {
-                    e = e + c(1).select(c(t).lt(&m), &c(0));
+                let kept = m.shr(&c(22)).and(&c(1));
+                let normal = ((m + c(half_ulp) + kept).shr(&c(22)) - c(code_of_one)).min(&c(7));
+                let mut small = c(0);
+                for &t in &below_one {
+                    small = small + c(1).select(c(t).lt(&m), &c(0));
                 }
+                let e = small.select(m.lt(&c(one)), &normal);
                 let sign = q.shr(&c(31)).shl(&c(3));
                 let code = e.xor(&sign);
                 let code = c(0).select(nan, &code);
@@ -1162,7 +1161,94 @@ pub(crate) fn reduce<'k, 'ctx>(k: &'k Kernel<'ctx>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::lanes_per_item;
+    use tilegen_dsl::{
+        CachePolicy, CompileOptions, Context, Kernel, KernelAttrs, Signature, Ty, compile,
+    };
+    use tilegen_runtime::{ArgValue, Device, EmuDevice, LaunchConfig, launch};
+
+    use super::{BlockScale, lanes_per_item};
+
+    /// The device encoder against the host's E2M1 rounding (`tilegen_mx::encode_e2m1`)
+    /// at every rounding midpoint, one ulp either side of each, the saturation range, zeros,
+    /// subnormals and infinities, both signs; scale 1 (E8M0 127).
+    #[test]
+    fn e2m1_codes_match_the_host_at_every_midpoint() {
+        let mut values = vec![0.0f32, f32::from_bits(1), 1e-30, 6.0, 6.5, 7.0, 8.0, 1e30];
+        values.push(f32::INFINITY);
+        for m in [
+            0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0,
+        ] {
+            values.extend([
+                f32::from_bits(m.to_bits() - 1),
+                m,
+                f32::from_bits(m.to_bits() + 1),
+            ]);
+        }
+        let negatives: Vec<f32> = values.iter().map(|v| -v).collect();
+        values.extend(negatives);
+        // 8 values a lane, one dword of codes each.
+        values.resize(values.len().next_multiple_of(8), 0.0);
+        let lanes = values.len() / 8;
+        assert!(lanes <= 64);
+
+        let ctx = Context::create();
+        let mut sig = Signature::new();
+        let buf_param = sig.global_ptr("buf");
+        let attrs = KernelAttrs {
+            workgroup_size: 64,
+            waves_per_eu: None,
+        };
+        let k = Kernel::new(&ctx, "e2m1", &sig, attrs).unwrap();
+        let lane = k.thread_id().unwrap();
+        let buf = k
+            .buffer(
+                k.ptr_arg(buf_param).unwrap(),
+                k.i32(64 * 36),
+                CachePolicy::Always,
+            )
+            .unwrap();
+        let bits = (0..2)
+            .flat_map(|h| {
+                let v = k
+                    .buffer_load(&buf, lane * 32 + 16 * h, k.i32(0), 4)
+                    .unwrap();
+                k.split(v, 4).unwrap()
+            })
+            .map(|v| k.bitcast(v, Ty::I32).unwrap().int(&k).unwrap())
+            .collect::<Vec<_>>();
+        let scale = BlockScale {
+            code: k.i32(127),
+            recip: k.f32(1.0),
+        };
+        let codes = scale.encode(&k, &bits).unwrap();
+        k.buffer_store(&buf, codes[0].into(), lane * 4 + 64 * 32, k.i32(0))
+            .unwrap();
+        k.finish().unwrap();
+        let built = compile(&k, CompileOptions::default()).unwrap();
+
+        let mut data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        data.resize(64 * 36, 0);
+        let dev = EmuDevice::new();
+        let module = dev.load(&built.code_object).unwrap();
+        let dbuf = dev.alloc(data.len() as u64).unwrap();
+        dev.copy_to_device(dbuf, &data).unwrap();
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [64, 1, 1],
+            dynamic_lds: 0,
+        };
+        launch(&dev, &module, "e2m1", &config, &[ArgValue::Ptr(dbuf)]).unwrap();
+        dev.copy_from_device(dbuf, &mut data).unwrap();
+        for (l, chunk) in values.chunks(8).enumerate().take(lanes) {
+            let at = 64 * 32 + 4 * l;
+            let word = u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+            for (i, &v) in chunk.iter().enumerate() {
+                let got = (word >> (4 * i)) & 0xf;
+                let want = tilegen_mx::encode_e2m1(v) as u32;
+                assert_eq!(got, want, "{v:e} (bits {:#x})", v.to_bits());
+            }
+        }
+    }
 
     #[test]
     fn quantization_blocks_spread_over_the_workgroup() {
