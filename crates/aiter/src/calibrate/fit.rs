@@ -37,6 +37,17 @@ use crate::error::AiterError;
 /// The source written for every fitted entry.
 pub const CALIBRATED_SOURCE: &str = "calibrated on AITER a4w4_blockscale_tuned_gemm.csv calibration rows (32x128, 128x512, 160x256 kernels)";
 
+/// The source of a fitted entry: `source`, after what the entry's old source said it is (the
+/// text before an earlier fit's clause, which starts with "calibrated on"), so a refit keeps
+/// the entry's description and its references. An estimate's source is replaced whole: the
+/// value no longer comes from it.
+fn fitted_source(old: &str, source: &str) -> String {
+    match old.find("calibrated on") {
+        Some(i) if i > 0 => format!("{}{source}", &old[..i]),
+        _ => source.to_string(),
+    }
+}
+
 /// Largest launch overhead the scan considers, µs.
 pub const MAX_LAUNCH_US: f64 = 10.0;
 
@@ -573,7 +584,8 @@ pub fn fit_with(
     }
     let mut params = cur;
     params.clock.launch_overhead_us.value = launch;
-    params.clock.launch_overhead_us.source = source.to_string();
+    params.clock.launch_overhead_us.source =
+        fitted_source(&start.clock.launch_overhead_us.source, source);
     let mut values = vec![(
         "clock.launch_overhead_us",
         start.clock.launch_overhead_us.value,
@@ -585,7 +597,8 @@ pub fn fit_with(
         let from = f.get(start);
         let to = f.get(&params);
         if sensitive[i] {
-            f.set_source(&mut params, source.to_string());
+            let old = (f.entry)(&mut params.clone()).source.clone();
+            f.set_source(&mut params, fitted_source(&old, source));
         } else if !tried[i] {
             // Never moved: the value and its source are the start's.
             untried.push(f.name);
@@ -714,6 +727,23 @@ mod tests {
             .expect("the dispatch cycles are fitted");
         let q = dispatch.with(&p, 123.4);
         assert_eq!(q.clock.workgroup_dispatch_cycles.value, 123.0);
+    }
+
+    #[test]
+    fn a_refit_keeps_the_description_before_the_calibration() {
+        let new = "calibrated on other rows";
+        assert_eq!(
+            super::fitted_source(
+                "the rate a channel sustains (docs, Memory); calibrated on AITER rows; refitted",
+                new
+            ),
+            "the rate a channel sustains (docs, Memory); calibrated on other rows"
+        );
+        assert_eq!(super::fitted_source("calibrated on AITER rows", new), new);
+        assert_eq!(
+            super::fitted_source("estimate (a microbenchmark); calibrate", new),
+            new
+        );
     }
 
     #[test]
