@@ -41,6 +41,16 @@ pub const MAX_USER_SGPRS: u32 = 16;
 /// `getVGPRAllocGranule`: 8 on gfx90a and later).
 pub const VGPR_ALLOC_GRANULE: u32 = 8;
 
+/// Unified VGPRs + AGPRs a lane may use when `waves` waves share its SIMD: the file divided by
+/// the waves, rounded down to the allocation granule (LLVM `AMDGPUBaseInfo.cpp`
+/// `getMaxNumVGPRs` on gfx90a and later), which is what an `amdgpu-waves-per-eu` target of
+/// `waves` leaves the register allocator.
+pub const fn max_unified_vgprs_at(waves: u32) -> u32 {
+    let waves = if waves == 0 { 1 } else { waves };
+    let per_wave = MAX_UNIFIED_VGPRS / waves;
+    per_wave - per_wave % VGPR_ALLOC_GRANULE
+}
+
 /// SGPRs of one SIMD, shared by its waves (LLVM `AMDGPUBaseInfo.cpp` `getTotalNumSGPRs`: 800
 /// on GFX8 and later before GFX10).
 pub const SGPRS_PER_SIMD: u32 = 800;
@@ -288,6 +298,16 @@ impl CuLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_occupancy_target_divides_the_register_file_in_granules() {
+        assert_eq!(max_unified_vgprs_at(1), 512);
+        assert_eq!(max_unified_vgprs_at(2), 256);
+        assert_eq!(max_unified_vgprs_at(3), 168);
+        assert_eq!(max_unified_vgprs_at(7), 72);
+        assert_eq!(max_unified_vgprs_at(8), 64);
+        assert_eq!(max_unified_vgprs_at(0), 512);
+    }
 
     #[test]
     fn the_topology_multiplies_out() {

@@ -134,6 +134,20 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
                 message: with_diagnostics(e.to_string(), kernel),
             })?;
         timings.codegen = t.elapsed();
+        // An error LLVM reports but recovers from (a register class it could not allocate)
+        // leaves an object that computes garbage: it is a failed build.
+        let diagnostics = kernel.take_diagnostics();
+        let errors: Vec<&str> = diagnostics
+            .iter()
+            .filter(|d| d.starts_with("error: "))
+            .map(String::as_str)
+            .collect();
+        if !errors.is_empty() {
+            return Err(DslError::Llvm {
+                stage: "codegen",
+                message: errors.join("; "),
+            });
+        }
         let object = obj.as_slice().to_vec();
         let t = Instant::now();
         let code_object = link::link(&object)?;
@@ -144,7 +158,7 @@ pub fn compile(kernel: &Kernel<'_>, options: CompileOptions) -> Result<Compiled>
             ir: ir.clone(),
             asm,
             timings,
-            diagnostics: kernel.take_diagnostics(),
+            diagnostics,
         })
     })
 }

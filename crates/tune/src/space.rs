@@ -63,6 +63,7 @@ pub fn rule_label(e: &SpecError) -> String {
         SpecError::TooManyThreads { .. } => "more than 1024 threads".into(),
         SpecError::LdsBudget { .. } => "LDS budget".into(),
         SpecError::RegisterBudget { .. } => "register budget".into(),
+        SpecError::OccupancyBudget { .. } => "register budget at the occupancy target".into(),
         SpecError::Ignored { setter, .. } => format!("{setter} ignored"),
         SpecError::KnobType { knob, .. } => format!("{knob} of the wrong type"),
     }

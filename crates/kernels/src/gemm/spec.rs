@@ -168,6 +168,20 @@ pub enum SpecError {
         /// Breakdown.
         detail: String,
     },
+    /// Accumulators in AGPRs over the registers an occupancy target leaves a lane.
+    #[error(
+        "register budget at waves_per_eu {waves}: about {estimate} VGPRs+AGPRs per lane ({detail}) > the {budget} a lane has at {waves} waves per SIMD, and accumulators in AGPRs cannot spill; lower waves_per_eu or drop acc_agprs"
+    )]
+    OccupancyBudget {
+        /// Estimated registers.
+        estimate: u64,
+        /// Breakdown.
+        detail: String,
+        /// The occupancy target.
+        waves: u32,
+        /// Registers a lane has at that target.
+        budget: u64,
+    },
     /// A value of the wrong type for its knob (a command line or a template gave it).
     #[error("{value} is not a value of {knob}")]
     KnobType {
@@ -1134,6 +1148,22 @@ impl KernelSpec {
                 ),
             });
         }
+        // An occupancy target bounds the registers LLVM may use: past it VGPRs spill to
+        // scratch, but accumulators held in AGPRs cannot, and LLVM fails to allocate them
+        // (leaving a broken object).
+        if self.acc_agprs
+            && let Some(w) = self.waves_per_eu
+        {
+            let budget = u64::from(tilegen_arch::max_unified_vgprs_at(w));
+            if estimate > budget {
+                return Err(SpecError::OccupancyBudget {
+                    estimate,
+                    detail,
+                    waves: w,
+                    budget,
+                });
+            }
+        }
         // A workgroup's waves are resident on one CU together, spread over its SIMDs, so
         // each SIMD's share of them divides the register file.
         let per_simd = warps.div_ceil(u64::from(SIMDS_PER_CU));
@@ -1404,6 +1434,29 @@ mod tests {
         assert!(
             matches!(e, SpecError::NotMultiple { name: "bm", .. }),
             "{e}"
+        );
+        // Accumulators in AGPRs cannot spill: an occupancy target that leaves a lane fewer
+        // registers than the tile needs is refused (128 accumulators at 7 waves: 72).
+        let agprs = KernelSpec::new().bm(128).bn(256).wm(128).acc_agprs(true);
+        let e = agprs.clone().waves_per_eu(Some(7)).validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OccupancyBudget {
+                    waves: 7,
+                    budget: 72,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(agprs.clone().waves_per_eu(Some(2)).validate().is_ok());
+        assert!(
+            agprs
+                .acc_agprs(false)
+                .waves_per_eu(Some(7))
+                .validate()
+                .is_ok()
         );
         let e = KernelSpec::new()
             .waves_per_eu(Some(9))
