@@ -218,14 +218,24 @@ fn value_operations_on_the_emulator() {
     }
 }
 
-/// `exp2` keeps results below 2^-126 as subnormals; `exp2_ftz` flushes them to zero and
-/// agrees elsewhere, on scalars and vectors alike.
-#[test]
-fn exp2_and_its_flushing_form_on_the_emulator() {
-    let ctx = Context::create();
+/// Runs a one-wave kernel whose lane `l` reads `x, y = inputs[l]` as f32 and stores the values
+/// `body(kernel, lane, x, (x, y))` returns one after another from the start of its 16 bytes;
+/// returns each lane's four words as f32.
+fn per_lane_f32<'ctx>(
+    ctx: &'ctx Context,
+    name: &str,
+    inputs: &[(f32, f32)],
+    body: impl FnOnce(
+        &Kernel<'ctx>,
+        tilegen_dsl::Int<'_, 'ctx>,
+        tilegen_dsl::Value<'ctx>,
+        tilegen_dsl::Value<'ctx>,
+    ) -> Vec<tilegen_dsl::Value<'ctx>>,
+) -> Vec<[f32; 4]> {
+    assert!(inputs.len() <= 64);
     let mut sig = Signature::new();
     let out_param = sig.global_ptr("out");
-    let k = Kernel::new(&ctx, "exps", &sig, attrs()).unwrap();
+    let k = Kernel::new(ctx, name, &sig, attrs()).unwrap();
     let lane = k.thread_id().unwrap();
     let out = k
         .buffer(
@@ -234,8 +244,6 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
             CachePolicy::Always,
         )
         .unwrap();
-    // Lane l reads x = 3 - 2.5 l (from 3 down to -154.5, across the subnormal range
-    // (-149, -126)) and y = x - 0.25 from words 4l and 4l + 1, then overwrites its 16 bytes.
     let xy = k
         .bitcast(
             k.buffer_load(&out, lane * 16, k.i32(0), 2).unwrap(),
@@ -243,24 +251,50 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
         )
         .unwrap();
     let x = k.slice(xy, 0, 1).unwrap();
-    k.buffer_store(&out, k.exp2(x).unwrap(), lane * 16, k.i32(0))
-        .unwrap();
-    k.buffer_store(&out, k.exp2_ftz(x).unwrap(), lane * 16 + 4, k.i32(0))
-        .unwrap();
-    k.buffer_store(&out, k.exp2_ftz(xy).unwrap(), lane * 16 + 8, k.i32(0))
-        .unwrap();
-    assert!(k.exp2_ftz(lane.into()).is_err());
+    let mut at = 0;
+    for v in body(&k, lane, x, xy) {
+        let bytes = v.ty().bytes() as i64;
+        k.buffer_store(&out, v, lane * 16 + at, k.i32(0)).unwrap();
+        at += bytes;
+    }
+    assert!(at <= 16, "a lane stores at most 16 bytes");
     k.finish().unwrap();
     let built = compile(&k, CompileOptions::default()).unwrap();
-    let input: Vec<u8> = (0..64)
-        .flat_map(|l| {
-            let x = 3.0 - 2.5 * l as f32;
-            [x, x - 0.25, 0.0, 0.0]
-        })
+    let mut input: Vec<u8> = inputs
+        .iter()
+        .flat_map(|&(x, y)| [x, y, 0.0, 0.0])
         .flat_map(f32::to_le_bytes)
         .collect();
-    let bytes = run_on(&built, "exps", input);
-    let got: Vec<f32> = words(&bytes).into_iter().map(f32::from_bits).collect();
+    input.resize(64 * 16, 0);
+    let got: Vec<f32> = words(&run_on(&built, name, input))
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    got.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect()
+}
+
+/// `exp2` keeps results below 2^-126 as subnormals; `exp2_ftz` flushes them to zero and
+/// agrees elsewhere, on scalars and vectors alike.
+#[test]
+fn exp2_and_its_flushing_form_on_the_emulator() {
+    let ctx = Context::create();
+    // Lane l: x = 3 - 2.5 l (from 3 down to -154.5, across the subnormal range (-149, -126)),
+    // y = x - 0.25.
+    let inputs: Vec<(f32, f32)> = (0..64)
+        .map(|l| {
+            let x = 3.0 - 2.5 * l as f32;
+            (x, x - 0.25)
+        })
+        .collect();
+    let lanes = per_lane_f32(&ctx, "exps", &inputs, |k, lane, x, xy| {
+        assert!(k.exp2_ftz(lane.into()).is_err());
+        vec![
+            k.exp2(x).unwrap(),
+            k.exp2_ftz(x).unwrap(),
+            k.exp2_ftz(xy).unwrap(),
+        ]
+    });
+    let got: Vec<f32> = lanes.concat();
     let close = |got: f32, want: f64| {
         if want == 0.0 {
             got == 0.0
@@ -313,31 +347,6 @@ fn exp2_and_its_flushing_form_on_the_emulator() {
 #[test]
 fn reciprocal_on_the_emulator() {
     let ctx = Context::create();
-    let mut sig = Signature::new();
-    let out_param = sig.global_ptr("out");
-    let k = Kernel::new(&ctx, "rcps", &sig, attrs()).unwrap();
-    let lane = k.thread_id().unwrap();
-    let out = k
-        .buffer(
-            k.ptr_arg(out_param).unwrap(),
-            k.i32(64 * 16),
-            CachePolicy::Always,
-        )
-        .unwrap();
-    let xy = k
-        .bitcast(
-            k.buffer_load(&out, lane * 16, k.i32(0), 2).unwrap(),
-            Ty::vector(Elem::F32, 2),
-        )
-        .unwrap();
-    let x = k.slice(xy, 0, 1).unwrap();
-    k.buffer_store(&out, k.rcp_approx(x).unwrap(), lane * 16, k.i32(0))
-        .unwrap();
-    k.buffer_store(&out, k.rcp_approx(xy).unwrap(), lane * 16 + 4, k.i32(0))
-        .unwrap();
-    assert!(k.rcp_approx(lane.into()).is_err());
-    k.finish().unwrap();
-    let built = compile(&k, CompileOptions::default()).unwrap();
     // Lane l: x from 1 to about 1e30 and its negative partner, the last lane infinity.
     let value = |l: usize| -> (f32, f32) {
         if l == 63 {
@@ -347,15 +356,12 @@ fn reciprocal_on_the_emulator() {
             (x, -x / 3.0)
         }
     };
-    let input: Vec<u8> = (0..64)
-        .flat_map(|l| {
-            let (x, y) = value(l);
-            [x, y, 0.0, 0.0]
-        })
-        .flat_map(f32::to_le_bytes)
-        .collect();
-    let bytes = run_on(&built, "rcps", input);
-    let got: Vec<f32> = words(&bytes).into_iter().map(f32::from_bits).collect();
+    let inputs: Vec<(f32, f32)> = (0..64).map(value).collect();
+    let lanes = per_lane_f32(&ctx, "rcps", &inputs, |k, lane, x, xy| {
+        assert!(k.rcp_approx(lane.into()).is_err());
+        vec![k.rcp_approx(x).unwrap(), k.rcp_approx(xy).unwrap()]
+    });
+    let got: Vec<f32> = lanes.concat();
     let within_ulp = |got: f32, x: f32| {
         let want = 1.0 / x as f64;
         if want == 0.0 {
