@@ -55,9 +55,21 @@ pub(crate) struct CombineStaging {
 }
 
 impl CombineStaging {
+    /// Staging buffers per wave, used in turn by its tile rows.
+    pub(crate) const BUFFERS: u64 = 2;
+
+    /// Bytes a block row's output row (token or pair, i32) takes in LDS.
+    pub(crate) const OUT_ROW_BYTES: u64 = 4;
+
     /// Bytes of one access.
     pub(crate) fn access_bytes(self) -> u32 {
         self.elem_bytes * self.vec
+    }
+
+    /// Bytes of one staged row of a `wn`-wide wave: its elements and a pad of one access, so
+    /// a column's rows spread over the LDS banks.
+    pub(crate) fn row_bytes(self, wn: u32) -> u64 {
+        u64::from(wn) * u64::from(self.elem_bytes) + u64::from(self.access_bytes())
     }
 }
 
@@ -332,9 +344,8 @@ impl MoeSpec {
         }
         let s = self.combine_staging();
         let tile = &self.down;
-        let row_bytes = u64::from(tile.wn) * u64::from(s.elem_bytes) + u64::from(s.access_bytes());
-        let buffers = 2 * u64::from(tile.warps()) * u64::from(tile.mma.mn());
-        u64::from(self.block_m) * 4 + buffers * row_bytes
+        let rows = CombineStaging::BUFFERS * u64::from(tile.warps()) * u64::from(tile.mma.mn());
+        u64::from(self.block_m) * CombineStaging::OUT_ROW_BYTES + rows * s.row_bytes(tile.wn)
     }
 
     /// LDS bytes a stage allocates.

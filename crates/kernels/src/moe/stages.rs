@@ -946,15 +946,16 @@ impl<'k, 'ctx> CombineStage<'k, 'ctx> {
         let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
         let atom_rows = i64::from(tile.mma.mn());
         let (eb, vec) = (i64::from(staging.elem_bytes), i64::from(staging.vec));
-        let row_bytes = wn * eb + i64::from(staging.access_bytes());
-        let buffers = 2 * th.warps * atom_rows;
+        let row_bytes = staging.row_bytes(tile.wn) as i64;
+        let buffers = super::spec::CombineStaging::BUFFERS as i64 * th.warps * atom_rows;
         let lds_size = |what: &str, bytes: i64| {
             u32::try_from(bytes).map_err(|_| DslError::LdsSize {
                 name: what.into(),
                 bytes: bytes as u64,
             })
         };
-        let rows_lds = k.lds_alloc("moe_out_rows", lds_size("moe_out_rows", bm * 4)?, 16)?;
+        let out_row = super::spec::CombineStaging::OUT_ROW_BYTES as i64;
+        let rows_lds = k.lds_alloc("moe_out_rows", lds_size("moe_out_rows", bm * out_row)?, 16)?;
         let lds = k.lds_alloc("moe_out", lds_size("moe_out", buffers * row_bytes)?, 16)?;
         let rows = TileTensor::packed(
             k,
@@ -1018,11 +1019,9 @@ impl<'k, 'ctx> CombineStage<'k, 'ctx> {
     /// row's reads in the same bytes).
     fn chunk(&self, i: usize, atom: &impl MmaAtom) -> Result<Chunk<'k, 'ctx>> {
         let (rows, wn, vec) = (self.atom_rows, self.wn, self.vec);
-        let which = self
-            .th
-            .wave
-            .idx()
-            .add(&Idx::Static((i as i64 % 2) * self.th.warps));
+        let which = self.th.wave.idx().add(&Idx::Static(
+            (i as i64 % super::spec::CombineStaging::BUFFERS as i64) * self.th.warps,
+        ));
         let write = self
             .whole
             .tile(&[rows, wn], &[which.clone(), Idx::Static(0)])?;
