@@ -50,7 +50,7 @@ impl fmt::Display for Stage {
 /// packed bf16 atomic: 2; a 4-dword store: 4).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CombineStaging {
-    pub(crate) elem_bytes: u32,
+    pub(crate) elem: tilegen_dsl::Elem,
     pub(crate) vec: u32,
 }
 
@@ -61,15 +61,25 @@ impl CombineStaging {
     /// Bytes a block row's output row (token or pair, i32) takes in LDS.
     pub(crate) const OUT_ROW_BYTES: u64 = 4;
 
-    /// Bytes of one access.
-    pub(crate) fn access_bytes(self) -> u32 {
-        self.elem_bytes * self.vec
+    /// Bytes of one element.
+    pub(crate) fn elem_bytes(self) -> u32 {
+        self.elem.bits() / 8
     }
 
-    /// Bytes of one staged row of a `wn`-wide wave: its elements and a pad of one access, so
-    /// a column's rows spread over the LDS banks.
-    pub(crate) fn row_bytes(self, wn: u32) -> u64 {
-        u64::from(wn) * u64::from(self.elem_bytes) + u64::from(self.access_bytes())
+    /// The value one access moves.
+    pub(crate) fn access_ty(self) -> tilegen_dsl::Ty {
+        tilegen_dsl::Ty::vector(self.elem, self.vec)
+    }
+
+    /// Bytes of one access.
+    pub(crate) fn access_bytes(self) -> u32 {
+        self.elem_bytes() * self.vec
+    }
+
+    /// Elements of one staged row of a `wn`-wide wave: its own and a pad of one access, so a
+    /// column's rows spread over the LDS banks.
+    pub(crate) fn row_elems(self, wn: u32) -> u64 {
+        u64::from(wn) + u64::from(self.vec)
     }
 }
 
@@ -314,11 +324,11 @@ impl MoeSpec {
     pub(crate) fn combine_staging(&self) -> CombineStaging {
         match self.combine {
             Combine::Atomic => CombineStaging {
-                elem_bytes: 2,
+                elem: tilegen_dsl::Elem::Bf16,
                 vec: 2,
             },
             Combine::SortedReduce => CombineStaging {
-                elem_bytes: 4,
+                elem: tilegen_dsl::Elem::F32,
                 vec: 4,
             },
         }
@@ -345,7 +355,8 @@ impl MoeSpec {
         let s = self.combine_staging();
         let tile = &self.down;
         let rows = CombineStaging::BUFFERS * u64::from(tile.warps()) * u64::from(tile.mma.mn());
-        u64::from(self.block_m) * CombineStaging::OUT_ROW_BYTES + rows * s.row_bytes(tile.wn)
+        u64::from(self.block_m) * CombineStaging::OUT_ROW_BYTES
+            + rows * s.row_elems(tile.wn) * u64::from(s.elem_bytes())
     }
 
     /// LDS bytes a stage allocates.

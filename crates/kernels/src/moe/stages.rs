@@ -773,7 +773,7 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         let z = k.i32(0);
         let wz = Layout::new(pairs.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(pair.idx()))?;
         let w = k.bitcast(k.buffer_load(&weights, wz.to_value(&z), z, 1)?, Ty::F32)?;
-        Ok((pair, token, w))
+        Ok((row, pair, token, w))
     };
     let early = num_m <= 2;
     let mut loaded = if early {
@@ -823,8 +823,7 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
         let stage = CombineStage::new(k, spec, &th, bid_x, n)?;
         // The output row of each row of the block, which the rows read back from LDS look
         // up: written by every lane of its tile row.
-        for (i, &(pair, token, _)) in loaded.iter().enumerate() {
-            let row = uniform_part(&row_of, i, num_n, values)?;
+        for &(row, pair, token, _) in &loaded {
             stage
                 .rows
                 .store(&Coord::Leaf(row.idx()), out_row(pair, token).into())?;
@@ -833,7 +832,7 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
     } else {
         None
     };
-    for (i, &(pair, token, w)) in loaded.iter().enumerate() {
+    for (i, &(_, pair, token, w)) in loaded.iter().enumerate() {
         let chunk = match &stage {
             Some(s) => Some(s.chunk(i, &ml.mma.atom)?),
             None => None,
@@ -851,9 +850,9 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
                     })
                     .collect::<Result<_>>()?;
                 let value = k.concat(&scaled)?;
-                let value = match combine {
-                    super::spec::Combine::Atomic => k.convert(value, Elem::Bf16)?,
-                    super::spec::Combine::SortedReduce => value,
+                let value = match staging.elem {
+                    Elem::F32 => value,
+                    elem => k.convert(value, elem)?,
                 };
                 let first = Coord::from((run[0] as i64, 0, j as i64));
                 match (&stage, &chunk) {
@@ -874,18 +873,13 @@ pub(crate) fn down<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> 
             // lanes' values) and, with the other buffer, its reads of the last row before its
             // next writes.
             k.barrier_lds_only()?;
-            let ty = match combine {
-                super::spec::Combine::Atomic => Ty::vector(Elem::Bf16, 2),
-                super::spec::Combine::SortedReduce => Ty::vector(Elem::F32, 4),
-            };
             let [reads, groups] = chunk.reads;
             for t in 0..reads {
                 for g in 0..groups {
                     let c = Coord::from((t, g));
                     let (ru, rl) = chunk.row.offsets(&c)?;
                     let (cu, cl) = chunk.col.offsets(&c)?;
-                    let (vu, vl) = chunk.read.offsets(&c)?;
-                    let value = k.lds_load(&stage.lds, vu + vl, ty, staging.access_bytes())?;
+                    let value = chunk.read.load_as(&c, staging.access_ty())?;
                     let row = stage.rows.load(&Coord::Leaf((ru + rl).idx()))?.int(k)?;
                     emit(value, row, cu + cl)?;
                 }
@@ -945,8 +939,8 @@ impl<'k, 'ctx> CombineStage<'k, 'ctx> {
         let staging = spec.combine_staging();
         let (bm, bn, wn) = (tile.bm as i64, tile.bn as i64, tile.wn as i64);
         let atom_rows = i64::from(tile.mma.mn());
-        let (eb, vec) = (i64::from(staging.elem_bytes), i64::from(staging.vec));
-        let row_bytes = staging.row_bytes(tile.wn) as i64;
+        let (eb, vec) = (i64::from(staging.elem_bytes()), i64::from(staging.vec));
+        let row_elems = staging.row_elems(tile.wn) as i64;
         let buffers = super::spec::CombineStaging::BUFFERS as i64 * th.warps * atom_rows;
         let lds_size = |what: &str, bytes: i64| {
             u32::try_from(bytes).map_err(|_| DslError::LdsSize {
@@ -956,23 +950,24 @@ impl<'k, 'ctx> CombineStage<'k, 'ctx> {
         };
         let out_row = super::spec::CombineStaging::OUT_ROW_BYTES as i64;
         let rows_lds = k.lds_alloc("moe_out_rows", lds_size("moe_out_rows", bm * out_row)?, 16)?;
-        let lds = k.lds_alloc("moe_out", lds_size("moe_out", buffers * row_bytes)?, 16)?;
+        let lds = k.lds_alloc(
+            "moe_out",
+            lds_size("moe_out", buffers * row_elems * eb)?,
+            16,
+        )?;
         let rows = TileTensor::packed(
             k,
             Storage::Lds(rows_lds),
             dev_layout(&Layout::new(bm, 1)?)?,
             32,
         )?;
-        let whole = TileTensor::new(
+        let whole = TileTensor::packed(
             k,
             Storage::Lds(lds),
-            dev_layout(&Layout::new((buffers, wn), (row_bytes, eb))?)?,
-        );
-        let whole_read = TileTensor::new(
-            k,
-            Storage::Lds(lds),
-            dev_layout(&Layout::new((buffers, wn / vec), (row_bytes, eb * vec))?)?,
-        );
+            dev_layout(&Layout::new((buffers, wn), (row_elems, 1))?)?,
+            staging.elem.bits(),
+        )?;
+        let whole_read = whole.vectorize(&[1, vec])?;
         // Lanes along a row's accesses first, then down the rows: one read instruction covers
         // whole row segments.
         let lanes_per_row = (wn / vec).min(64);
