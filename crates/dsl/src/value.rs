@@ -172,6 +172,13 @@ impl<'ctx> Value<'ctx> {
 #[derive(Debug, Clone, Copy)]
 pub struct Cond<'ctx>(pub(crate) IntValue<'ctx>);
 
+impl<'ctx> Cond<'ctx> {
+    /// The condition's `i1`.
+    pub fn value(self) -> IntValue<'ctx> {
+        self.0
+    }
+}
+
 impl<'ctx> From<IntValue<'ctx>> for Cond<'ctx> {
     fn from(v: IntValue<'ctx>) -> Self {
         Cond(v)

@@ -673,13 +673,27 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         let deep = pipeline.deep_prime;
         // A runs one tile ahead (two with deep_prime), B `ahead` tiles.
         let a_ahead = if deep { 2 } else { 1 };
+        // Two tiles ahead with three slots, A's loads are held in registers for a step and
+        // written to LDS the step after they were issued (into the slot the tile two back
+        // freed), so a whole step's time covers their latency, not just the MFMA chain's.
+        let hold = deep && stages == 3 && !self.spec.dram_to_lds;
         let last = end - 1;
         let mut prologue_loads = 0;
+        let mut held = Vec::new();
         k.if_then(k.i32(0).lt(&count), || {
             // A tiles up to (not including) the first one a step stages, each into its slot
-            // (tiles past the last clamped to it: the 1-deep fallback).
+            // (tiles past the last clamped to it: the 1-deep fallback); held, the second one's
+            // loads wait in registers for the first step to write them.
             for d in 0..a_ahead {
-                self.stage_a(d, tile_kb((first + d as i64).min(&last)), steps)?;
+                let tile = tile_kb((first + d as i64).min(&last));
+                if hold && d == 1 {
+                    let pending = self.stage_a_issue(d, tile, steps)?;
+                    for _ in 0..stages {
+                        held.push(stage::HeldWrites::new(k, &pending)?);
+                    }
+                } else {
+                    self.stage_a(d, tile, steps)?;
+                }
             }
             // B of every tile before the first one a step loads; the last group's count is
             // what stays in flight across the barrier.
@@ -700,7 +714,19 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             let b_tile = (t + ahead as i64).min(&last);
             let a_slot = (cur + a_ahead) % stages;
             let a_tile = (t + a_ahead as i64).min(&last);
-            if deep {
+            if hold {
+                let pending = self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?;
+                let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
+                self.fence()?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.fence()?;
+                // The next tile's A, held since the step before; its slot's tile (three back)
+                // was read before the last barrier.
+                let next = (cur + 1) % stages;
+                held[next].commit(&self.th, &self.slots[next])?;
+                held[a_slot].hold(k, pending)?;
+                self.stage_barrier(b.issued)?;
+            } else if deep {
                 // A two tiles on; with two stages its slot is this step's, so it is written
                 // once everyone is done reading it.
                 let pending = if self.spec.dram_to_lds {

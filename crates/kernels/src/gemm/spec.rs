@@ -330,7 +330,8 @@ knobs! {
         axis: Axis::Sizes { multiple: 1, why: "" },
         range: None,
     }
-    /// Stage A two tiles ahead (preb, with b_prefetch).
+    /// Stage A two tiles ahead (preb, with b_prefetch; with b_prefetch_depth 2 a tile's loads
+    /// are issued two steps before it is multiplied and written to LDS the step between).
     DeepPrime [Prefetch] deep_prime: bool {
         default: |_| false,
         piece: 16 => |x| x.then(|| "_dp".to_string()),

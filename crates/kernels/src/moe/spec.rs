@@ -216,10 +216,12 @@ impl MoeSpec {
     /// tiles) is under two workgroups per compute unit, each workgroup streams a long K loop
     /// of its expert's weights with little else resident, and the loop's latency is the
     /// time. There the gate/up tile splits its columns over 16-wide waves (four waves where
-    /// one was), takes 1024-element K steps (fitted) and loads the next step's weights while
-    /// it multiplies, so more loads are in flight and fewer steps wait on them: DeepSeek-V3
-    /// over 8 ranks at 1 and 4 tokens, 35.5 and 42.4 us to 22.5 and 29.8 with every workgroup
-    /// simulated.
+    /// one was), takes 1024-element K steps (fitted) and loads the weights two steps ahead of
+    /// the one it multiplies and the activations two steps ahead of their LDS slot, so more
+    /// loads are in flight and fewer steps wait on them: DeepSeek-V3 over 8 ranks at 1 and 4
+    /// tokens, 35.5 and 42.4 us to 22.5 and 29.8 with every workgroup simulated with the
+    /// next step's weights ahead; two steps ahead, the gate/up kernel at 1 token models 10.7
+    /// us where one step ahead modelled 12.1 (sampled).
     pub fn for_tokens(self, shape: &MoeShape, tokens: usize) -> Self {
         let pairs = tokens.saturating_mul(shape.topk).max(1);
         let touched = shape.experts.min(pairs).max(1);
@@ -237,6 +239,7 @@ impl MoeSpec {
                 .wn(16)
                 .bk_elems(1024)
                 .b_prefetch(true)
+                .with_prefetch(|p| p.b_prefetch_depth(2).deep_prime(true))
         } else {
             MoeSpec::default_tile(bm).bn(gate_up_bn)
         };

@@ -3,7 +3,7 @@
 //! operand swizzle that keeps fragment reads free of bank conflicts, and E8M0 scale tiles.
 
 use tilegen_dsl::{
-    Buffer, CachePolicy, Cond, DslError, Int, Kernel, Lds, PtrParam, Result, Value, dev_layout,
+    Buffer, CachePolicy, Cond, DslError, Int, Kernel, Lds, PtrParam, Result, Value, Var, dev_layout,
 };
 use tilegen_layout::{Coord, Idx, Layout, Swizzle, SwizzleChain};
 
@@ -240,6 +240,78 @@ pub fn commit_tile<'k, 'ctx>(
         }
     }
     Ok(())
+}
+
+/// A staged tile's pending writes kept in variables, so a pipeline can issue a tile's loads
+/// one step and write them to LDS the next: the loop carries the loaded registers across its
+/// back edge instead of waiting for them within the step that issued them. One `HeldWrites`
+/// per LDS slot keeps each variable's live range from its write to its commit (LLVM's phis
+/// then need no copies, which would wait for the loads).
+pub struct HeldWrites<'ctx> {
+    writes: Vec<(Var<'ctx>, Var<'ctx>, Option<Var<'ctx>>)>,
+}
+
+impl<'ctx> HeldWrites<'ctx> {
+    /// Variables shaped like `pending` (every tile of one staging has the same writes),
+    /// initialised with it.
+    pub fn new<'k>(k: &'k Kernel<'ctx>, pending: &PendingWrites<'k, 'ctx>) -> Result<Self> {
+        let writes = pending
+            .iter()
+            .map(|(off, v, cond)| {
+                let cond = cond
+                    .map(|c| k.var(k.i32(1).select(c.value(), &k.i32(0)).into()))
+                    .transpose()?;
+                Ok((k.var((*off).into())?, k.var(*v)?, cond))
+            })
+            .collect::<Result<_>>()?;
+        Ok(HeldWrites { writes })
+    }
+
+    /// Holds `pending` (a tile of the same staging) until [`HeldWrites::commit`].
+    pub fn hold<'k>(&self, k: &'k Kernel<'ctx>, pending: PendingWrites<'k, 'ctx>) -> Result<()> {
+        if pending.len() != self.writes.len() {
+            return Err(DslError::Operand {
+                op: "hold",
+                rule: format!(
+                    "{} pending writes into {} held ones",
+                    pending.len(),
+                    self.writes.len()
+                ),
+            });
+        }
+        for ((off, v, cond), (off_var, v_var, cond_var)) in pending.into_iter().zip(&self.writes) {
+            k.set(off_var, off.into())?;
+            k.set(v_var, v)?;
+            match (cond, cond_var) {
+                (Some(c), Some(var)) => k.set(var, k.i32(1).select(c.value(), &k.i32(0)).into())?,
+                (None, None) => {}
+                _ => {
+                    return Err(DslError::Operand {
+                        op: "hold",
+                        rule: "a conditional write into an unconditional one, or back".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the held tile to `lds` ([`commit_tile`]).
+    pub fn commit<'k>(&self, cx: &Threads<'k, 'ctx>, lds: &Lds<'ctx>) -> Result<()> {
+        let k = cx.k;
+        let pending = self
+            .writes
+            .iter()
+            .map(|(off, v, cond)| {
+                let cond = cond
+                    .as_ref()
+                    .map(|c| -> Result<Cond<'ctx>> { Ok(k.get(c)?.int(k)?.eq(&k.i32(1)).into()) })
+                    .transpose()?;
+                Ok((k.get(off)?.int(k)?, k.get(v)?, cond))
+            })
+            .collect::<Result<_>>()?;
+        commit_tile(cx, lds, pending)
+    }
 }
 
 /// Copies a `[rows, row_bytes]` row-major E8M0 tile (row_bytes a multiple of 4) from a row-major
