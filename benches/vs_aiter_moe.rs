@@ -8,10 +8,10 @@
 //!   expert routed to by every token as the 257th) and top-9 (8 routed + the shared one),
 //!   SiLU, at 1 to 4,096 tokens.
 //!
-//! tilegen's side is its whole layer as it launches it (gate/up, down; the atomic combine
-//! needs no third kernel), each kernel predicted on the pass's real routing. tilegen routes
-//! and sorts on the host and has no kernel for it, so its time leaves routing and sorting
-//! out. Each row is modeled with two specs: the default fitted to the sizes
+//! tilegen's side is its whole layer as it launches it (the sort that groups the pairs by
+//! expert, gate/up, down; the atomic combine needs no fourth kernel), each kernel predicted
+//! on the pass's real routing, as AITER's times include its sorting kernel. Both take the
+//! router's top-k ids and weights as inputs: the router is in neither time. Each row is modeled with two specs: the default fitted to the sizes
 //! ([`MoeSpec::fit_to`]) and the per-token-count rule ([`MoeSpec::for_tokens`]); the ratio is
 //! AITER's measured time over the rule's (above 1: tilegen is faster), beside it the model's
 //! held-out error band, and the share of the roofline of the expert weights the routing
@@ -268,7 +268,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "tilegen's MXFP4 MoE layer on the MI355X timing model ({}; HBM {hbm:.0} GB/s sustained) vs AITER's fused MoE as AMD measured it on MI355X; ratio = AITER us / tilegen us (above 1: tilegen faster), the model's held-out error {} beside it. tilegen has no routing/sorting kernel (both run on the host): its time is the GEMM stages only. Roofline = bytes of the expert weights the routing touches at {hbm:.0} GB/s over tilegen's time; above 100% the model read them faster than its own HBM rate (marked `!`).\n",
+        "tilegen's MXFP4 MoE layer on the MI355X timing model ({}; HBM {hbm:.0} GB/s sustained) vs AITER's fused MoE as AMD measured it on MI355X; ratio = AITER us / tilegen us (above 1: tilegen faster), the model's held-out error {} beside it. tilegen's time is its sort's and its two GEMM stages', as AITER's includes its sorting kernel; both take the router's top-k ids and weights as inputs. Roofline = bytes of the expert weights the routing touches at {hbm:.0} GB/s over tilegen's time; above 100% the model read them faster than its own HBM rate (marked `!`).\n",
         match args.method {
             Method::Full => "every workgroup simulated",
             Method::Rounds => "sampled rounds",
@@ -277,7 +277,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     );
     let _ = writeln!(
         s,
-        "| layer | tokens | experts touched | default fitted us | rule us (gate/up + down) | rule spec | AITER us | ratio | roofline share |"
+        "| layer | tokens | experts touched | default fitted us | rule us (sort + gate/up + down) | rule spec | AITER us | ratio | roofline share |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     let mut rows = 0;

@@ -3,8 +3,9 @@
 //! full-size, lazily zeroed weights and intermediates, and the layer's share of the weight
 //! roofline. `tilegen moe --timing` and the AITER comparison bench both model layers this way.
 //!
-//! The routing and sorting run on the host ([`Routing::sort`]): tilegen has no kernel for
-//! them, so a layer's modeled time is its GEMM kernels' (and the sorted reduce's) only.
+//! The router (top-k ids and weights) runs on the host; the sort that groups the pairs by
+//! expert is the layer's first kernel, so a layer's modeled time is its sort's, its GEMM
+//! kernels' and the sorted reduce's.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -110,7 +111,7 @@ pub fn predict_layer(
     options: &TimingOptions,
 ) -> Result<Vec<StageTime>, MoeTimingError> {
     let plan = layer.plan(shape, routing)?;
-    let inputs = MoeLayer::pass_inputs(x, routing, &plan.sorted);
+    let inputs = MoeLayer::pass_inputs(x, routing);
     let mut mem = DeviceMemory::new();
     let mut loaded = BTreeMap::new();
     for k in layer.kernels() {
@@ -136,9 +137,10 @@ pub fn predict_layer(
     let bufs = MoeBuffers {
         x: with(&mut mem, &inputs[0])?,
         x_scales: with(&mut mem, &inputs[1])?,
-        sorted_ids: with(&mut mem, &inputs[2])?,
-        block_expert: with(&mut mem, &inputs[3])?,
-        weights: with(&mut mem, &inputs[4])?,
+        ids: with(&mut mem, &inputs[2])?,
+        sorted_ids: lazy(&mut mem, s.sorted_ids)?,
+        block_expert: lazy(&mut mem, s.block_expert)?,
+        weights: with(&mut mem, &inputs[3])?,
         act: lazy(&mut mem, s.act)?,
         act_scales: lazy(&mut mem, s.act_scales)?,
         parts: lazy(&mut mem, s.parts)?,

@@ -82,7 +82,15 @@ fn predict_gate_up(
 ) -> Vec<Prediction> {
     let plan = layer.plan(shape, routing).unwrap();
     let x = random_tokens(shape, routing.tokens(), 7).unwrap();
-    let inputs = MoeLayer::pass_inputs(&x, routing, &plan.sorted);
+    let [xd, xs, _, wts] = MoeLayer::pass_inputs(&x, routing);
+    // The sort's output as the device writes it, from the host's sort.
+    let words = |v: Vec<u32>| -> Vec<u8> { v.into_iter().flat_map(u32::to_le_bytes).collect() };
+    let (entries, experts) = routing
+        .sort(layer.spec().rows_per_block() as usize)
+        .unwrap()
+        .padded_to(plan.max_blocks)
+        .unwrap();
+    let inputs = [xd, xs, words(entries), words(experts), wts];
     let kernel = layer.kernel(Stage::GateUp).unwrap();
     let co = CodeObject::parse(kernel.code_object()).unwrap();
     let kd = co.kernel(kernel.name()).unwrap();
@@ -97,6 +105,7 @@ fn predict_gate_up(
             let bufs = MoeBuffers {
                 x: lazy(inputs[0].len()),
                 x_scales: lazy(inputs[1].len()),
+                ids: lazy(s.ids),
                 sorted_ids: lazy(inputs[2].len()),
                 block_expert: lazy(inputs[3].len()),
                 weights: lazy(inputs[4].len()),
@@ -123,7 +132,7 @@ fn predict_gate_up(
                 .launches(shape, &plan, &bufs, weights, None)
                 .unwrap()
                 .into_iter()
-                .next()
+                .find(|(stage, ..)| *stage == Stage::GateUp)
                 .unwrap();
             assert_eq!(stage, Stage::GateUp);
             let kernarg = kernargs::build(kd, &config, &args).unwrap();

@@ -521,6 +521,21 @@ impl<'ctx> Kernel<'ctx> {
         Ok(())
     }
 
+    /// Ends the work-item here unless `cond` holds: with a `cond` the same across the
+    /// workgroup (its block id against a count, say), a workgroup with nothing to do leaves
+    /// before any memory access after this point. Waves a workgroup-varying `cond` ends must
+    /// not be waited for by a barrier after it.
+    pub fn exit_unless(&self, cond: impl Into<Cond<'ctx>>) -> Result<()> {
+        let exit = self.ctx.append_basic_block(self.func, &self.fresh("exit"));
+        let go = self.ctx.append_basic_block(self.func, &self.fresh("go"));
+        self.builder
+            .build_conditional_branch(cond.into().0, go, exit)?;
+        self.builder.position_at_end(exit);
+        self.builder.build_return(None)?;
+        self.builder.position_at_end(go);
+        Ok(())
+    }
+
     /// Finishes the body with `ret void`.
     pub fn finish(&self) -> Result<()> {
         self.builder.build_return(None)?;

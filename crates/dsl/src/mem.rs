@@ -420,6 +420,25 @@ impl<'ctx> Kernel<'ctx> {
         Ok(())
     }
 
+    /// `ds_add_rtn_u32`: adds `value` to the dword at byte `offset` of `lds` and returns the
+    /// value it held before (the lanes of a wave, and the waves of a workgroup, in an order
+    /// the hardware chooses).
+    pub fn lds_atomic_add<'k>(
+        &'k self,
+        lds: &Lds<'ctx>,
+        offset: Int<'k, 'ctx>,
+        value: Int<'k, 'ctx>,
+    ) -> Result<Int<'k, 'ctx>> {
+        let p = self.lds_ptr(lds, offset)?;
+        let old = self.builder.build_atomicrmw(
+            inkwell::AtomicRMWBinOp::Add,
+            p,
+            value.value(),
+            AtomicOrdering::Monotonic,
+        )?;
+        Ok(Int::from_value(self, old))
+    }
+
     /// `ds_read_b64_tr_b{4,8,16}` (`bits` 4, 8 or 16): an 8-byte read per lane, transposed
     /// within each 16-lane group. Returns `<2 x i32>`.
     pub fn lds_load_tr_b64(

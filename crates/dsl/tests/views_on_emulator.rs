@@ -411,3 +411,77 @@ fn unknown_intrinsics_and_bad_operands_are_errors_not_aborts() {
     let p = other.global_ptr("p");
     assert!(matches!(k.ptr_arg(p), Err(DslError::NoSuchParam { .. })));
 }
+
+/// `lds_atomic_add` hands each lane of a counter's 16 a distinct previous value and leaves the
+/// sum; `exit_unless` ends the wave before its stores when the kernel argument says so.
+#[test]
+fn lds_atomic_add_and_early_exit_on_the_emulator() {
+    let ctx = Context::create();
+    let mut sig = Signature::new();
+    let out_param = sig.global_ptr("out");
+    let go_param = sig.i32("go");
+    let k = Kernel::new(&ctx, "atomics", &sig, attrs()).unwrap();
+    let lane = k.thread_id().unwrap();
+    let counters = k.lds_alloc("counters", 16, 4).unwrap();
+    k.if_then(lane.lt(&k.i32(4)), || {
+        k.lds_store(&counters, lane * 4, lane.into(), 4)
+    })
+    .unwrap();
+    k.barrier().unwrap();
+    let go = k.i32_arg(go_param).unwrap();
+    k.exit_unless(k.i32(0).lt(&go)).unwrap();
+    // Counter c starts at c (written by lanes 0..4) and lanes c, c + 4, .. add 2 each.
+    let old = k
+        .lds_atomic_add(&counters, (lane % 4) * 4, k.i32(2))
+        .unwrap();
+    k.barrier().unwrap();
+    let total = k.lds_load(&counters, (lane % 4) * 4, Ty::I32, 4).unwrap();
+    let out = k
+        .buffer(
+            k.ptr_arg(out_param).unwrap(),
+            k.i32(64 * 8),
+            CachePolicy::Always,
+        )
+        .unwrap();
+    k.buffer_store(&out, old.into(), lane * 8, k.i32(0))
+        .unwrap();
+    k.buffer_store(&out, total, lane * 8 + 4, k.i32(0)).unwrap();
+    k.finish().unwrap();
+    let built = compile(&k, CompileOptions::default()).unwrap();
+    let run = |go: i32| {
+        let dev = EmuDevice::new();
+        let module = dev.load(&built.code_object).unwrap();
+        let buf = dev.alloc(64 * 8).unwrap();
+        dev.copy_to_device(buf, &[0xff; 64 * 8]).unwrap();
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [64, 1, 1],
+            dynamic_lds: 0,
+        };
+        launch(
+            &dev,
+            &module,
+            "atomics",
+            &config,
+            &[ArgValue::Ptr(buf), ArgValue::I32(go)],
+        )
+        .unwrap();
+        let mut got = vec![0; 64 * 8];
+        dev.copy_from_device(buf, &mut got).unwrap();
+        words(&got)
+    };
+    let got = run(1);
+    for c in 0..4u32 {
+        let mut olds: Vec<u32> = (0..16).map(|i| got[2 * (c + 4 * i) as usize]).collect();
+        olds.sort_unstable();
+        let want: Vec<u32> = (0..16).map(|i| c + 2 * i).collect();
+        assert_eq!(olds, want, "counter {c}");
+        for i in 0..16 {
+            assert_eq!(got[2 * (c + 4 * i) as usize + 1], c + 32, "counter {c}");
+        }
+    }
+    assert!(
+        run(0).iter().all(|&w| w == u32::MAX),
+        "exited before storing"
+    );
+}

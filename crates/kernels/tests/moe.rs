@@ -65,6 +65,14 @@ fn check_with(
     let run = layer
         .run(&dev, &weights, &x, routing)
         .map_err(|e| format!("{e:#}"))?;
+    let host = routing.sort(spec.rows_per_block() as usize).unwrap();
+    if run.sorted.canonical() != host {
+        return Err(format!(
+            "the device's sort: block experts {:?}, host {:?}",
+            run.sorted.block_expert(),
+            host.block_expert()
+        ));
+    }
     let get = |e: usize| {
         experts[e]
             .as_ref()
@@ -627,4 +635,58 @@ fn per_token_rule_specs() {
         }
     }
     sweep(cases);
+}
+
+/// The device's sort groups every routing as the host's does (up to the order of an
+/// expert's pairs): one pair, a token per expert, every pair on the same experts, more
+/// experts than the sort's work-items, more pairs than they load in one round, and each block
+/// size; a layout that broke a rule would not read back at all.
+#[test]
+fn device_sort_groups_as_the_host() {
+    let dev = EmuDevice::new();
+    // (experts, topk, tokens, skewed)
+    let cases = [
+        (1, 1, 1, false),
+        (8, 2, 1, false),
+        (257, 9, 1, false),
+        (257, 9, 16, false),
+        (64, 8, 1024, false),
+        (384, 8, 40, false),
+        (2048, 8, 700, false),
+        (257, 9, 2000, true),
+        (257, 9, 4096, false),
+    ];
+    for block_m in [16, 32, 64, 128] {
+        let layer = MoeSpec::new(Activation::SiluMul)
+            .block_m(block_m)
+            .build()
+            .unwrap();
+        for &(experts, topk, tokens, skewed) in &cases {
+            let routing = if skewed {
+                let ids = (0..tokens).flat_map(|_| 0..topk as u32).collect();
+                Routing::new(experts, topk, ids, vec![1.0; tokens * topk]).unwrap()
+            } else {
+                let shape = MoeShape {
+                    experts,
+                    topk,
+                    ..small()
+                };
+                random_routing(&shape, tokens, (experts * tokens + block_m as usize) as u64)
+            };
+            let host = routing.sort(block_m as usize).unwrap();
+            let device = layer.sort_on(&dev, &routing).unwrap();
+            assert_eq!(
+                device.canonical(),
+                host,
+                "block_m {block_m}, {experts} experts top-{topk}, {tokens} tokens, skewed {skewed}"
+            );
+        }
+    }
+    let too_many = Routing::new(4096, 1, vec![4095], vec![1.0]).unwrap();
+    let err = MoeSpec::new(Activation::SiluMul)
+        .build()
+        .unwrap()
+        .sort_on(&dev, &too_many)
+        .unwrap_err();
+    assert!(err.to_string().contains("at most 2048"), "{err}");
 }

@@ -267,11 +267,7 @@ pub fn run(a: MoeArgs) -> Result<()> {
     spec.validate().context("checking the kernels' spec")?;
     let traces = if a.timing {
         a.timing_model.check()?;
-        let mut stages = vec![Stage::GateUp, Stage::Down];
-        if spec.combine_kind() == Combine::SortedReduce {
-            stages.push(Stage::Reduce);
-        }
-        stages
+        spec.stages()
             .into_iter()
             .map(|s| Ok(crate::timing::trace_for(&a.timing_model, &stage_name(s))?.map(|t| (s, t))))
             .filter_map(Result::transpose)
@@ -525,8 +521,10 @@ fn run_and_check(
         .stage2_from(&run.activations, &get)?
         .compare(&run.out)?;
     let whole = reference.compare_layer(&run.out)?;
+    // The device's sort groups the pairs as the host's does, up to their order in an expert.
+    let sort_ok = run.sorted.canonical() == routing.sort(spec.rows_per_block() as usize)?;
     let ref_s = t.elapsed().as_secs_f64();
-    let passed = s1.passed() && s2.passed() && whole.passed();
+    let passed = s1.passed() && s2.passed() && whole.passed() && sort_ok;
     let nonzero = run.out.iter().filter(|v| v.to_f32() != 0.0).count();
     let max_abs = run
         .out
@@ -553,6 +551,7 @@ fn run_and_check(
             "reference_ms": ref_s * 1e3,
         },
         "check": {
+            "sort": {"passed": sort_ok},
             "stage1": s1,
             "stage2": {"passed": s2.passed(), "elements": s2.elements, "mismatches": s2.mismatches, "summary": s2.to_string()},
             "layer": {"passed": whole.passed(), "elements": whole.elements, "mismatches": whole.mismatches, "summary": whole.to_string()},
@@ -560,7 +559,7 @@ fn run_and_check(
     }))
 }
 
-/// A stage's name in JSON and in trace file names (`gate-up`, `down`, `reduce`).
+/// A stage's name in JSON and in trace file names (`sort`, `gate-up`, `down`, `reduce`).
 fn stage_name(stage: Stage) -> String {
     serde_json::to_value(stage)
         .ok()
@@ -679,6 +678,14 @@ fn print_text(a: &MoeArgs, shape: &MoeShape, layer: &MoeLayer, s: &serde_json::V
             run["timings"]["reference_ms"].as_f64().unwrap_or(0.0) / 1e3
         );
         let c = &run["check"];
+        println!(
+            "  sort: {}",
+            if c["sort"]["passed"].as_bool() == Some(true) {
+                "the device grouped the pairs as the host does"
+            } else {
+                "the device's blocks differ from the host's"
+            }
+        );
         println!(
             "  stage 1 (activations): {} of {} codes and {} of {} scales differ from the reference, {} outside the derived bound",
             c["stage1"]["differing"],

@@ -13,7 +13,7 @@ use tilegen_mx::{MX_BLOCK, MxError, MxMatrix, Shuffler};
 
 use super::routing::{Routing, RoutingError, SortedBlocks};
 use super::spec::{Combine, MoeSpec, MoeSpecError, Stage};
-use super::stages;
+use super::{sort, stages};
 use crate::compiled::{BuiltKernel, CompileError, compile_kernel};
 
 /// Why a layer could not be built or run.
@@ -129,6 +129,14 @@ pub enum MoeInputError {
         /// The padded hidden size.
         hidden_padded: usize,
     },
+    /// More experts than the device sort groups.
+    #[error("{experts} experts; the device sort groups at most {max}")]
+    SortExperts {
+        /// The routing's experts.
+        experts: usize,
+        /// The sort's limit.
+        max: usize,
+    },
     /// The layer has no kernel for a stage.
     #[error("no {stage} kernel")]
     NoKernel {
@@ -163,11 +171,12 @@ impl MoeKernel {
     }
 }
 
-/// The compiled kernels of one [`MoeSpec`]: gate/up, down, and the reduce of
-/// [`Combine::SortedReduce`].
+/// The compiled kernels of one [`MoeSpec`]: the routing's sort, gate/up, down, and the
+/// reduce of [`Combine::SortedReduce`].
 #[derive(Debug, Clone)]
 pub struct MoeLayer {
     spec: MoeSpec,
+    sort: MoeKernel,
     gate_up: MoeKernel,
     down: MoeKernel,
     reduce: Option<MoeKernel>,
@@ -189,6 +198,7 @@ impl MoeSpec {
         let one = |stage: Stage| -> Result<MoeKernel, MoeError> {
             let name = self.kernel_name(stage);
             let (sig, threads, waves_per_eu) = match stage {
+                Stage::Sort => (sort::sort_signature().0, sort::SORT_THREADS, None),
                 Stage::GateUp | Stage::Down => {
                     let t = self.tile(stage);
                     let sig = match stage {
@@ -204,6 +214,7 @@ impl MoeSpec {
                 waves_per_eu,
             };
             let kernel = compile_kernel(&name, &sig, attrs, options, |k| match stage {
+                Stage::Sort => sort::sort(k, self.rows_per_block()),
                 Stage::GateUp => stages::gate_up(k, self),
                 Stage::Down => stages::down(k, self),
                 Stage::Reduce => stages::reduce(k),
@@ -213,6 +224,7 @@ impl MoeSpec {
         };
         Ok(MoeLayer {
             spec: self.clone(),
+            sort: one(Stage::Sort)?,
             gate_up: one(Stage::GateUp)?,
             down: one(Stage::Down)?,
             reduce: match self.combine_kind() {
@@ -426,7 +438,7 @@ pub struct MoeRun {
     /// The gate/up kernel's output (the quantized activations) in pair order,
     /// `[tokens * topk, inter_padded]`.
     pub activations: MxMatrix,
-    /// The sorted layout the kernels ran on.
+    /// The sorted layout the kernels ran on, as the device's sort made it.
     pub sorted: SortedBlocks,
     /// Per launched kernel: which, its grid, and the device's report.
     pub launches: Vec<MoeLaunch>,
@@ -450,9 +462,10 @@ pub struct MoeLaunch {
 pub struct MoePlan {
     /// Tokens.
     pub tokens: usize,
-    /// The sorted layout.
-    pub sorted: SortedBlocks,
-    /// Sorted rows (blocks x block size).
+    /// Blocks the grouped kernels' grids hold: the most the routing's pairs can fill
+    /// ([`sort::max_blocks`]); the device's sort marks those past its count.
+    pub max_blocks: usize,
+    /// Sorted rows the buffers hold (`max_blocks` x block size).
     pub rows: usize,
     /// Bytes of each input and intermediate buffer, by name, in launch-argument terms.
     pub sizes: MoeBuffers<usize>,
@@ -465,6 +478,8 @@ pub struct MoeBuffers<T> {
     pub x: T,
     /// Tokens' scales (row-major).
     pub x_scales: T,
+    /// Each pair's expert (`[tokens, topk]`, u32): the sort's input.
+    pub ids: T,
     /// Sorted pair ids.
     pub sorted_ids: T,
     /// Expert of each block.
@@ -493,6 +508,7 @@ impl MoeLayer {
     /// The kernel of `stage` (`None` for the reduce of an atomic combine).
     pub fn kernel(&self, stage: Stage) -> Option<&MoeKernel> {
         match stage {
+            Stage::Sort => Some(&self.sort),
             Stage::GateUp => Some(&self.gate_up),
             Stage::Down => Some(&self.down),
             Stage::Reduce => self.reduce.as_ref(),
@@ -501,7 +517,7 @@ impl MoeLayer {
 
     /// The kernels in launch order.
     pub fn kernels(&self) -> Vec<&MoeKernel> {
-        let mut v = vec![&self.gate_up, &self.down];
+        let mut v = vec![&self.sort, &self.gate_up, &self.down];
         v.extend(self.reduce.as_ref());
         v
     }
@@ -523,10 +539,11 @@ impl MoeLayer {
         if tokens == 0 {
             return Err(MoeInputError::NoTokens.into());
         }
-        let sorted = routing.sort(self.spec.rows_per_block() as usize)?;
-        let rows = sorted.entries().len();
-        let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let pairs = tokens * shape.topk;
+        let bm = self.spec.rows_per_block() as usize;
+        let max_blocks = sort::max_blocks(pairs, shape.experts, bm);
+        let rows = max_blocks * bm;
+        let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let big = |what: &'static str, v: Option<usize>| -> Result<usize, MoeError> {
             match v {
                 Some(b) if b <= MAX_BUFFER => Ok(b),
@@ -537,8 +554,9 @@ impl MoeLayer {
         let sizes = MoeBuffers {
             x: big("token", tokens.checked_mul(hp / 2))?,
             x_scales: big("token scale", tokens.checked_mul(hp / MX_BLOCK))?,
+            ids: big("routed expert", pairs.checked_mul(4))?,
             sorted_ids: big("sorted id", rows.checked_mul(4))?,
-            block_expert: big("block expert", sorted.blocks().checked_mul(4))?,
+            block_expert: big("block expert", max_blocks.checked_mul(4))?,
             weights: big("routing weight", pairs.checked_mul(4))?,
             act: big("activation", rows.checked_mul(ip / 2))?,
             act_scales: big("activation scale", pad32.checked_mul(ip / MX_BLOCK))?,
@@ -553,7 +571,7 @@ impl MoeLayer {
         };
         Ok(MoePlan {
             tokens,
-            sorted,
+            max_blocks,
             rows,
             sizes,
         })
@@ -585,11 +603,17 @@ impl MoeLayer {
             }
             args
         };
-        let blocks = plan.sorted.blocks() as u32;
+        let blocks = plan.max_blocks as u32;
         let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let g = self.spec.tile(Stage::GateUp);
         let d = self.spec.tile(Stage::Down);
         let mut v = vec![
+            sort_launch(
+                [bufs.sorted_ids, bufs.block_expert, bufs.ids],
+                plan.tokens * shape.topk,
+                shape.experts,
+                plan.max_blocks,
+            ),
             (
                 Stage::GateUp,
                 LaunchConfig {
@@ -669,15 +693,13 @@ impl MoeLayer {
         Ok(v)
     }
 
-    /// The host bytes of the small per-pass inputs: tokens (data, scales), sorted ids, block
-    /// experts, routing weights.
-    pub fn pass_inputs(x: &MxMatrix, routing: &Routing, sorted: &SortedBlocks) -> [Vec<u8>; 5] {
-        let words = |v: &[u32]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+    /// The host bytes of the small per-pass inputs: tokens (data, scales), each pair's expert,
+    /// routing weights.
+    pub fn pass_inputs(x: &MxMatrix, routing: &Routing) -> [Vec<u8>; 4] {
         [
             x.data().to_vec(),
             x.scales().to_vec(),
-            words(sorted.entries()),
-            words(sorted.block_expert()),
+            routing.ids().iter().flat_map(|w| w.to_le_bytes()).collect(),
             routing
                 .weights()
                 .iter()
@@ -707,15 +729,16 @@ impl MoeLayer {
             .into());
         }
         let rt = |stage| move |source| MoeError::Runtime { stage, source };
-        let [xd, xs, ids, be, wts] = Self::pass_inputs(x, routing, &plan.sorted);
+        let [xd, xs, ids, wts] = Self::pass_inputs(x, routing);
         let up = |bytes: &[u8]| Buffer::upload(device, bytes).map_err(rt(Stage::GateUp));
         let zeroed = |len: usize| Buffer::new(device, len as u64).map_err(rt(Stage::GateUp));
         let s = &plan.sizes;
         let bufs = MoeBuffers {
             x: up(&xd)?,
             x_scales: up(&xs)?,
-            sorted_ids: up(&ids)?,
-            block_expert: up(&be)?,
+            ids: up(&ids)?,
+            sorted_ids: zeroed(s.sorted_ids)?,
+            block_expert: zeroed(s.block_expert)?,
             weights: up(&wts)?,
             act: zeroed(s.act)?,
             act_scales: zeroed(s.act_scales)?,
@@ -725,6 +748,7 @@ impl MoeLayer {
         let ptrs = MoeBuffers {
             x: bufs.x.ptr(),
             x_scales: bufs.x_scales.ptr(),
+            ids: bufs.ids.ptr(),
             sorted_ids: bufs.sorted_ids.ptr(),
             block_expert: bufs.block_expert.ptr(),
             weights: bufs.weights.ptr(),
@@ -754,16 +778,122 @@ impl MoeLayer {
             .chunks_exact(2)
             .map(|b| bf16::from_le_bytes([b[0], b[1]]))
             .collect();
+        let sorted = self.read_sorted(
+            (plan.tokens * shape.topk) as u32,
+            &bufs.sorted_ids,
+            &bufs.block_expert,
+        )?;
         let act = bufs.act.to_vec().map_err(rt(Stage::GateUp))?;
         let act_scales = bufs.act_scales.to_vec().map_err(rt(Stage::GateUp))?;
-        let activations = pair_order(&shape, &plan, &act, &act_scales)?;
+        let activations = pair_order(&shape, &plan, &sorted, &act, &act_scales)?;
         Ok(MoeRun {
             out,
             activations,
-            sorted: plan.sorted,
+            sorted,
             launches,
         })
     }
+}
+
+impl MoeLayer {
+    /// Runs the layer's sort alone on `device`: `routing`'s pairs grouped by expert into
+    /// blocks, as the device's sort makes them (each expert's pairs in the order its atomics
+    /// served them; [`SortedBlocks::canonical`] orders them as [`Routing::sort`] does).
+    pub fn sort_on(
+        &self,
+        device: &dyn Device,
+        routing: &Routing,
+    ) -> Result<SortedBlocks, MoeError> {
+        let experts = routing.experts();
+        if experts > sort::MAX_SORT_EXPERTS {
+            return Err(MoeInputError::SortExperts {
+                experts,
+                max: sort::MAX_SORT_EXPERTS,
+            }
+            .into());
+        }
+        let pairs = routing.ids().len();
+        if pairs == 0 {
+            return Err(MoeInputError::NoTokens.into());
+        }
+        let bm = self.spec.rows_per_block() as usize;
+        let max_blocks = sort::max_blocks(pairs, experts, bm);
+        let rt = move |source| MoeError::Runtime {
+            stage: Stage::Sort,
+            source,
+        };
+        let words = |what: &'static str, n: usize| match n.checked_mul(4) {
+            Some(b) if b <= MAX_BUFFER => Ok(b),
+            _ => Err(MoeError::from(MoeInputError::TooLarge { what })),
+        };
+        let ids_bytes: Vec<u8> = routing.ids().iter().flat_map(|w| w.to_le_bytes()).collect();
+        let ids = Buffer::upload(device, &ids_bytes).map_err(rt)?;
+        let sorted =
+            Buffer::new(device, words("sorted id", max_blocks * bm)? as u64).map_err(rt)?;
+        let experts_buf =
+            Buffer::new(device, words("block expert", max_blocks)? as u64).map_err(rt)?;
+        let (_, config, args) = sort_launch(
+            [sorted.ptr(), experts_buf.ptr(), ids.ptr()],
+            pairs,
+            experts,
+            max_blocks,
+        );
+        let module: Module = device.load(self.sort.code_object()).map_err(rt)?;
+        tilegen_device::launch(device, &module, self.sort.name(), &config, &args).map_err(rt)?;
+        self.read_sorted(pairs as u32, &sorted, &experts_buf)
+    }
+
+    /// The sorted layout in a pass's buffers after its sort ran.
+    fn read_sorted(
+        &self,
+        pad: u32,
+        sorted_ids: &Buffer<'_>,
+        block_expert: &Buffer<'_>,
+    ) -> Result<SortedBlocks, MoeError> {
+        let words = |buf: &Buffer<'_>| -> Result<Vec<u32>, MoeError> {
+            let bytes = buf.to_vec().map_err(|source| MoeError::Runtime {
+                stage: Stage::Sort,
+                source,
+            })?;
+            Ok(bytes
+                .chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect())
+        };
+        Ok(SortedBlocks::from_device(
+            self.spec.rows_per_block() as usize,
+            pad,
+            words(sorted_ids)?,
+            words(block_expert)?,
+        )?)
+    }
+}
+
+/// The sort's launch: one workgroup over `pairs` pairs of `experts` experts into grids of
+/// `max_blocks` blocks (`ptrs` = sorted ids, block experts, the pairs' experts).
+fn sort_launch(
+    ptrs: [DevicePtr; 3],
+    pairs: usize,
+    experts: usize,
+    max_blocks: usize,
+) -> (Stage, LaunchConfig, Vec<ArgValue>) {
+    let i = |v: usize| ArgValue::I32(v as i32);
+    (
+        Stage::Sort,
+        LaunchConfig {
+            grid: [1, 1, 1],
+            block: [sort::SORT_THREADS, 1, 1],
+            dynamic_lds: 0,
+        },
+        vec![
+            ArgValue::Ptr(ptrs[0]),
+            ArgValue::Ptr(ptrs[1]),
+            ArgValue::Ptr(ptrs[2]),
+            i(pairs),
+            i(experts),
+            i(max_blocks),
+        ],
+    )
 }
 
 /// The gate/up output (sorted rows, scales in the 4D layout) as a `[pairs, inter_padded]`
@@ -771,6 +901,7 @@ impl MoeLayer {
 fn pair_order(
     shape: &MoeShape,
     plan: &MoePlan,
+    sorted: &SortedBlocks,
     act: &[u8],
     act_scales: &[u8],
 ) -> Result<MxMatrix, MoeError> {
@@ -781,7 +912,7 @@ fn pair_order(
     let pairs = plan.tokens * shape.topk;
     let mut data = vec![0u8; pairs * kb];
     let mut sc = vec![0u8; pairs * ks];
-    for (r, &p) in plan.sorted.entries().iter().enumerate() {
+    for (r, &p) in sorted.entries().iter().enumerate() {
         let p = p as usize;
         if p >= pairs {
             continue;

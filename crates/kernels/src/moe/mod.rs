@@ -13,6 +13,7 @@
 mod gather;
 mod layer;
 pub mod routing;
+mod sort;
 mod spec;
 mod stages;
 mod template;
@@ -22,6 +23,7 @@ pub use layer::{
     MoeRun, PreshuffledExpert, expert_bias_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
+pub use sort::{MAX_SORT_EXPERTS, NO_EXPERT, max_blocks};
 #[cfg(feature = "clap")]
 pub use spec::MoeTileKnobs;
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};

@@ -81,6 +81,12 @@ pub enum RoutingError {
         /// k.
         topk: usize,
     },
+    /// A sorted layout read back from a device that breaks the layout's rules.
+    #[error("the device's sorted layout: {rule}")]
+    DeviceLayout {
+        /// The rule, with the values.
+        rule: String,
+    },
     /// Token ids must fit the sorted layout's 32-bit entries.
     #[error("{tokens} tokens x top-{topk} does not fit 32-bit sorted entries")]
     TooManyTokens {
@@ -269,6 +275,97 @@ pub struct SortedBlocks {
 }
 
 impl SortedBlocks {
+    /// The layout a device's sort wrote (`entries` `[blocks * block_m]`, `block_expert`
+    /// `[blocks]`), its blocks past the routing's (expert [`super::NO_EXPERT`], a suffix)
+    /// dropped; each block's valid rows, which come first, are the entries other than `pad`.
+    pub fn from_device(
+        block_m: usize,
+        pad: u32,
+        mut entries: Vec<u32>,
+        mut block_expert: Vec<u32>,
+    ) -> Result<Self, RoutingError> {
+        let fail = |rule: String| Err(RoutingError::DeviceLayout { rule });
+        if block_m == 0 || entries.len() != block_expert.len() * block_m {
+            return fail(format!(
+                "{} entries for {} blocks of {block_m} rows",
+                entries.len(),
+                block_expert.len()
+            ));
+        }
+        let blocks = block_expert
+            .iter()
+            .position(|&e| e == super::NO_EXPERT)
+            .unwrap_or(block_expert.len());
+        if let Some(b) = block_expert[blocks..]
+            .iter()
+            .position(|&e| e != super::NO_EXPERT)
+        {
+            return fail(format!(
+                "block {} has an expert after an empty one",
+                blocks + b
+            ));
+        }
+        if block_expert[..blocks].windows(2).any(|w| w[0] > w[1]) {
+            return fail("blocks out of expert order".into());
+        }
+        block_expert.truncate(blocks);
+        entries.truncate(blocks * block_m);
+        let mut block_rows = Vec::with_capacity(blocks);
+        for (b, rows) in entries.chunks(block_m).enumerate() {
+            let valid = rows.iter().take_while(|&&p| p != pad).count();
+            if rows[valid..].iter().any(|&p| p != pad) {
+                return fail(format!("block {b} has a pair after a padding row"));
+            }
+            if rows.iter().any(|&p| p > pad) {
+                return fail(format!("block {b} names a pair past the {pad} pairs"));
+            }
+            block_rows.push(valid as u32);
+        }
+        Ok(SortedBlocks {
+            block_m,
+            pad,
+            entries,
+            block_expert,
+            block_rows,
+        })
+    }
+
+    /// The same grouping with each expert's pairs in ascending order across its blocks: the
+    /// order [`Routing::sort`] gives them, which a device's sort need not.
+    pub fn canonical(&self) -> SortedBlocks {
+        let mut out = self.clone();
+        let bm = self.block_m;
+        let mut b = 0;
+        while b < out.block_expert.len() {
+            let e = out.block_expert[b];
+            let end = b + out.block_expert[b..]
+                .iter()
+                .take_while(|&&x| x == e)
+                .count();
+            let run = &mut out.entries[b * bm..end * bm];
+            // Padding entries (the largest value) sort last, as the host pads the last block.
+            run.sort_unstable();
+            for (i, rows) in run.chunks(bm).enumerate() {
+                out.block_rows[b + i] = rows.iter().filter(|&&p| p != self.pad).count() as u32;
+            }
+            b = end;
+        }
+        out
+    }
+
+    /// The layout as the device's sort writes it for grids of `max_blocks` blocks: entries
+    /// `[max_blocks * block_m]` and block experts `[max_blocks]`, the blocks past this
+    /// layout's padding rows of expert [`super::NO_EXPERT`]. `None` if the layout has more
+    /// blocks.
+    pub fn padded_to(&self, max_blocks: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let extra = max_blocks.checked_sub(self.blocks())?;
+        let mut entries = self.entries.clone();
+        entries.extend(std::iter::repeat_n(self.pad, extra * self.block_m));
+        let mut experts = self.block_expert.clone();
+        experts.extend(std::iter::repeat_n(super::NO_EXPERT, extra));
+        Some((entries, experts))
+    }
+
     /// Rows per block.
     pub fn block_m(&self) -> usize {
         self.block_m

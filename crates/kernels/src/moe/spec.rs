@@ -27,6 +27,8 @@ use crate::gemm::{KernelSpec, OutDtype, PrebSpec, SpecError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
+    /// The routing's sort: the pairs grouped by expert into blocks.
+    Sort,
     /// Gathered tokens times the gate/up weight, activation, MXFP4 quantization.
     GateUp,
     /// Sorted rows times the down weight, routing weight, combine.
@@ -38,6 +40,7 @@ pub enum Stage {
 impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Stage::Sort => "sort",
             Stage::GateUp => "gate/up",
             Stage::Down => "down",
             Stage::Reduce => "reduce",
@@ -298,11 +301,21 @@ impl MoeSpec {
         self.block_m
     }
 
-    /// The tile of a GEMM stage ([`Stage::GateUp`] or [`Stage::Down`]; the reduce has none and
-    /// gives the down tile).
+    /// The layer's kernels in launch order: the sort, gate/up, down, and the reduce of
+    /// [`Combine::SortedReduce`].
+    pub fn stages(&self) -> Vec<Stage> {
+        let mut v = vec![Stage::Sort, Stage::GateUp, Stage::Down];
+        if self.combine == Combine::SortedReduce {
+            v.push(Stage::Reduce);
+        }
+        v
+    }
+
+    /// The tile of a GEMM stage ([`Stage::GateUp`] or [`Stage::Down`]; the sort and the reduce
+    /// have none and give the gate/up and the down tile).
     pub fn tile(&self, stage: Stage) -> &PrebSpec {
         match stage {
-            Stage::GateUp => &self.gate_up,
+            Stage::Sort | Stage::GateUp => &self.gate_up,
             Stage::Down | Stage::Reduce => &self.down,
         }
     }
@@ -367,6 +380,7 @@ impl MoeSpec {
         match stage {
             Stage::GateUp => self.gate_up.lds_bytes() + self.epilogue_lds_bytes(),
             Stage::Down => self.down.lds_bytes() + self.combine_lds_bytes(),
+            Stage::Sort => super::sort::SORT_LDS_BYTES,
             Stage::Reduce => 0,
         }
     }
@@ -460,6 +474,13 @@ impl MoeSpec {
             Err(tilegen_mx::moe::MoeRefError::Shape { rule, .. }) => return fail(rule),
             Err(e) => return fail(e.to_string()),
         }
+        if shape.experts > super::sort::MAX_SORT_EXPERTS {
+            return fail(format!(
+                "{} experts; the device sort groups at most {}",
+                shape.experts,
+                super::sort::MAX_SORT_EXPERTS
+            ));
+        }
         let (hp, ip) = (shape.hidden_padded() as u64, shape.inter_padded() as u64);
         // The sizes as given, and their padding when it differs: the K a tile divides.
         let padded = |v: usize, p: u64| {
@@ -531,6 +552,7 @@ impl MoeSpec {
                 },
                 tile(&self.down)
             ),
+            Stage::Sort => format!("moe_sort_bm{}", self.block_m),
             Stage::Reduce => "mxfp4_moe_reduce_bf16".to_string(),
         }
     }

@@ -187,7 +187,8 @@ fn expert_b<'k, 'ctx>(
     Ok((preb::b_view(k, wb, n, kb)?, Scales::new(k, sb, npad, ks)?))
 }
 
-/// The expert of the workgroup's block (wave-uniform).
+/// The expert of the workgroup's block (wave-uniform). A block past the sort's count has
+/// none ([`super::NO_EXPERT`]): its workgroup leaves here.
 fn block_expert<'k, 'ctx>(
     k: &'k Kernel<'ctx>,
     p: PtrParam,
@@ -198,7 +199,10 @@ fn block_expert<'k, 'ctx>(
     let at = Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(block.idx()))?;
     let z = k.i32(0);
     let e = k.buffer_load(&buf, z, at.to_value(&z), 1)?.int(k)?;
-    k.readfirstlane(e)
+    let e = k.readfirstlane(e)?;
+    // NO_EXPERT is the one id with the sign bit set.
+    k.exit_unless(k.i32(-1).lt(&e))?;
+    Ok(e)
 }
 
 /// Expert `expert`'s row of a `[E, n]` bf16 bias tensor: a buffer over that row alone and its
