@@ -72,8 +72,8 @@ fn spread(tokens: usize) -> Routing {
     .unwrap()
 }
 
-/// The gate/up stage of `layer` for `shape` routed by `routing`, predicted with each of
-/// `options`.
+/// The gate/up stage of `layer` for `shape` routed by `routing`, on the host's sorted layout
+/// as the device's sort writes it, predicted with each of `options`.
 fn predict_gate_up(
     layer: &MoeLayer,
     shape: &MoeShape,

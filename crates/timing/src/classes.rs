@@ -418,10 +418,16 @@ fn bins(counts: &[u64], span: f64) -> Vec<(u64, u64)> {
 /// What one class's simulated round says of its workgroups.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct ClassTime {
-    /// Cycles a workgroup of the class holds its slot: the mean time the round's
-    /// workgroups took (each sharing its CU with the round's others), which a member the
-    /// survey misplaced in the class does not decide as it would the round's length.
+    /// Cycles a workgroup of the class holds its slot once the kernel runs in steady state:
+    /// the mean time the round's workgroups took (each sharing its CU with the round's
+    /// others), which a member the survey misplaced in the class does not decide as it would
+    /// the round's length; for a class of two rounds or more, the second round's increment
+    /// over the first (its lines found in L2 and MALL, its dispatch staggered as slots free).
     pub cycles: u64,
+    /// Cycles of a workgroup that takes a slot fresh, at the kernel's start: the first
+    /// round's mean time (cold caches, every slot starting at once); `cycles` for a class
+    /// simulated as one round.
+    pub first: u64,
     /// Cycles HBM took past the round's last wave (the write-back of its results).
     pub drain: u64,
     /// Mean wave-instructions of the simulated workgroups, to scale the time of a member
@@ -442,15 +448,16 @@ pub(crate) struct ListSchedule {
 impl ListSchedule {
     /// Cycles of the kernel: the last workgroup's end plus its class's drain.
     pub(crate) fn cycles(&self, classes: &Classes, survey: &Survey, times: &[ClassTime]) -> u64 {
-        self.end(classes.of.len() as u64, |i| {
+        self.end(classes.of.len() as u64, |i, fresh| {
             let c = classes.of[i as usize] as usize;
             let t = times[c];
             let own = survey.signatures[i as usize].instructions;
+            let base = if fresh { t.first } else { t.cycles };
             let cycles = match t.instructions {
                 Some(n) if n > 0 && own != n => {
-                    (t.cycles as f64 * own as f64 / n as f64).round() as u64
+                    (base as f64 * own as f64 / n as f64).round() as u64
                 }
-                _ => t.cycles,
+                _ => base,
             };
             (cycles, t.drain)
         })
@@ -482,24 +489,26 @@ impl ListSchedule {
         } else {
             (rounds - 1) * longest(0) + longest(rounds - 1)
         };
-        let schedule_says = self.end(total, |i| (count(i), 0));
+        let schedule_says = self.end(total, |i, _| (count(i), 0));
         (schedule_says as f64 - rounds_say as f64).abs() > threshold * rounds_say.max(1) as f64
     }
 
-    /// The end of the schedule of `total` workgroups, workgroup `i` lasting `time_of(i).0`
-    /// and its end followed by a drain of `time_of(i).1`.
-    fn end(&self, total: u64, time_of: impl Fn(u64) -> (u64, u64)) -> u64 {
+    /// The end of the schedule of `total` workgroups, workgroup `i` lasting `time_of(i,
+    /// fresh).0 (`fresh`: it takes a slot no workgroup held before) and its end followed by a
+    /// drain of `time_of(i, fresh).1`.
+    fn end(&self, total: u64, time_of: impl Fn(u64, bool) -> (u64, u64)) -> u64 {
         let mut end = 0u64;
         for x in 0..self.xcds.min(total) {
             let mut free: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
             let mut i = x;
             while i < total {
-                let start = if (free.len() as u64) < self.slots {
+                let fresh = (free.len() as u64) < self.slots;
+                let start = if fresh {
                     0
                 } else {
                     free.pop().map_or(0, |Reverse(t)| t)
                 };
-                let (cycles, drain) = time_of(i);
+                let (cycles, drain) = time_of(i, fresh);
                 let finish = start + cycles;
                 free.push(Reverse(finish));
                 end = end.max(finish + drain);
@@ -566,12 +575,19 @@ mod tests {
         let c = Classes::of(&s, 0.05, 4);
         let times = [ClassTime {
             cycles: 100,
+            first: 100,
             drain: 7,
             instructions: Some(10),
         }];
         // 2 XCDs of 8 slots: 32 workgroups each, 4 rounds.
         let l = ListSchedule { xcds: 2, slots: 8 };
         assert_eq!(l.cycles(&c, &s, &times), 4 * 100 + 7);
+        // A slower first round (cold caches) once, then the steady state.
+        let cold = [ClassTime {
+            first: 130,
+            ..times[0]
+        }];
+        assert_eq!(l.cycles(&c, &s, &cold), 130 + 3 * 100 + 7);
         // One long workgroup beside short ones: it sets the end.
         let mut s = survey(&[(true, 10); 64]);
         s.signatures[5].instructions = 1000;
@@ -580,6 +596,7 @@ mod tests {
             times[0],
             ClassTime {
                 cycles: 5000,
+                first: 5000,
                 drain: 0,
                 instructions: Some(1000),
             },

@@ -67,11 +67,13 @@
 //! edge tiles run a little less, one round that holds the longest workgroups anyway). A
 //! grid of several simulates one round of each class on XCD 0 (the class's first workgroups
 //! dealt to the XCDs as a grid of that class alone would be, with that round's census and
-//! shares): the round's length is the time a workgroup of the class holds its CU slot. A
-//! list schedule of the whole grid then deals workgroup `i` to XCD `i mod 8`, where each of
-//! the XCD's slots (CUs times the workgroups a CU holds) takes the next workgroup as it
-//! frees; the kernel ends at the last workgroup's end plus the HBM drain its class's round
-//! saw. What this leaves out: a class's round runs alongside workgroups of its own class
+//! shares), and a class of more than a round its second round after it on the same CUs as
+//! slots free: a workgroup that takes a slot fresh holds it for the first round's mean time,
+//! later ones for the second round's increment (the steady state the rounds above also
+//! extrapolate: lines the first round left in L2 and MALL, dispatch staggered). A list
+//! schedule of the whole grid then deals workgroup `i` to XCD `i mod 8`, where each of the
+//! XCD's slots (CUs times the workgroups a CU holds) takes the next workgroup as it frees;
+//! the kernel ends at the last workgroup's end plus the HBM drain its class's round saw. What this leaves out: a class's round runs alongside workgroups of its own class
 //! only (the bandwidth the others use meanwhile is not shared out), the per-workgroup means
 //! of the report (MFMA busy, HBM bandwidth) average the simulated rounds without weighting
 //! them by their classes' sizes, and a kernel whose work depends on what other workgroups

@@ -296,7 +296,19 @@ impl Simulator<'_> {
                 _ => None,
             };
             let trace = if c == 0 { self.trace() } else { None };
-            let run = self.simulate_set(&set, known, trace)?;
+            // The class's second round on XCD 0, when it has one: simulated after the first
+            // as slots free, for the steady state the rounds' extrapolation also takes.
+            let second: Vec<u64> = if self.opts.warm_rounds {
+                m.iter()
+                    .step_by(xcds as usize)
+                    .skip(per_round as usize)
+                    .take(per_round as usize)
+                    .copied()
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let (run, first_ends) = self.simulate_class(&set, &second, known, trace)?;
             let simulated: Vec<u64> = set
                 .xcd0
                 .iter()
@@ -305,8 +317,17 @@ impl Simulator<'_> {
                 .map(|(_, &i)| survey.signatures[i as usize].instructions)
                 .collect();
             let ends = &run.sim.0.finished;
+            let mut sorted: Vec<u64> = ends.iter().map(|f| f.end).collect();
+            sorted.sort_unstable();
+            let first = mean(sorted.iter().copied().take(first_ends)).unwrap_or(run.sim.0.end);
+            let step = if first_ends < ends.len() {
+                Extrapolation::step(&run.sim.0, first_ends)
+            } else {
+                None
+            };
             let time = ClassTime {
-                cycles: mean(ends.iter().map(|f| f.end)).unwrap_or(run.sim.0.end),
+                cycles: step.unwrap_or(first),
+                first,
                 drain: run.sim.0.drained - run.sim.0.end,
                 instructions: if class.ended {
                     mean(simulated.iter().copied())
@@ -603,6 +624,53 @@ impl Simulator<'_> {
             workgroups,
             census: census.map(|c| (0, c)),
         })
+    }
+
+    /// One class's round `set` simulated, and after it on the same CUs (as slots free) the
+    /// class's XCD 0 workgroups `second` of its next round; the census is the first
+    /// round's. Returns the run and how many of its workgroups were the first round's (their
+    /// ends come first in the run's sorted ends; all of them without a second round).
+    fn simulate_class(
+        &self,
+        set: &RoundSet,
+        second: &[u64],
+        known: Option<Census>,
+        trace: Option<(TraceOptions, f64)>,
+    ) -> Result<(RoundRun, usize), TimingError> {
+        if second.is_empty() {
+            let run = self.simulate_set(set, known, trace)?;
+            let n = run.workgroups as usize;
+            return Ok((run, n));
+        }
+        let cpx = self.cus_per_xcd;
+        let sim_cus = self.sim_cus as u64;
+        let lists = self.lists(set);
+        let census = self.census_for(&lists, set, known)?;
+        let on_simulated = |wgs: &[u64]| -> Vec<u64> {
+            wgs.iter()
+                .enumerate()
+                .filter(|(k, _)| (*k as u64 % cpx) < sim_cus)
+                .map(|(_, &i)| i)
+                .collect()
+        };
+        let first = on_simulated(&set.xcd0);
+        let n = first.len();
+        let queue: VecDeque<u64> = first.into_iter().chain(on_simulated(second)).collect();
+        let workgroups = queue.len() as u64;
+        let scope = self.scope((n as u64).min(sim_cus), set, census.as_ref());
+        let dispatch = Dispatch::Dynamic {
+            pending: vec![queue],
+            rr: vec![0],
+        };
+        let sim = self.simulate(&scope, dispatch, trace)?;
+        Ok((
+            RoundRun {
+                sim,
+                workgroups,
+                census: census.map(|c| (0, c)),
+            },
+            n,
+        ))
     }
 
     /// The census round `r` takes from the options without counting one: a known census's
