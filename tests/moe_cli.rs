@@ -51,14 +51,16 @@ fn random_layer_runs_checks_and_times() {
     assert_eq!(v["padded"]["hidden"], 512);
     assert_eq!(v["run"]["check"]["stage1"]["violations"], 0);
     assert!(v["run"]["nonzero_outputs"].as_u64().unwrap() > 1000, "{v}");
-    // The sort, gate/up and down; the device's sort grouped the pairs as the host does.
-    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 3);
-    assert_eq!(v["run"]["launches"][0]["stage"], "sort");
+    // 10 pairs: the rule's gate/up kernel groups them itself, so gate/up and down run (no
+    // sort kernel), and the grouping is the host's.
+    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["run"]["launches"][0]["stage"], "gate-up");
     assert_eq!(v["run"]["check"]["sort"]["passed"], true);
     let t = &v["timing"];
     assert!(t["total_us"].as_f64().unwrap() > 0.0, "{t}");
-    assert_eq!(t["kernels"].as_array().unwrap().len(), 3);
-    // DeepSeek's activation and router, the sorted reduce (a fourth kernel), other tiles.
+    assert_eq!(t["kernels"].as_array().unwrap().len(), 2);
+    // DeepSeek's activation and router, the sorted reduce (a third kernel), other tiles, the
+    // fused sort asked for (blocks given, it is off unless asked).
     let out = tilegen()
         .args([
             "moe",
@@ -78,7 +80,7 @@ fn random_layer_runs_checks_and_times() {
             "--wn",
             "32",
         ])
-        .args(["--bk-elems", "256"])
+        .args(["--bk-elems", "256", "--fused-sort", "true"])
         .args([
             "--experts",
             "16",
@@ -94,7 +96,8 @@ fn random_layer_runs_checks_and_times() {
         .unwrap();
     let v = json(&out);
     assert_eq!(v["run"]["passed"], true, "{v}");
-    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 4);
+    assert_eq!(v["run"]["launches"].as_array().unwrap().len(), 3);
+    assert_eq!(v["run"]["launches"][2]["stage"], "reduce");
     assert_eq!(v["spec"]["activation"], "silu-mul");
 }
 
@@ -382,7 +385,12 @@ fn real_model_sizes() {
     assert_eq!(v["run"]["passed"], true, "{v}");
     assert_eq!(v["padded"]["hidden"], 3072);
     assert_eq!(v["run"]["blocks"], 4);
-    assert_eq!(v["run"]["launches"][1]["grid"][0], 48);
+    // One token's 4 pairs are grouped by the gate/up kernel itself: no sort launch.
+    let launches = v["run"]["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 2, "{v}");
+    assert_eq!(launches[0]["stage"], "gate-up");
+    assert_eq!(launches[0]["grid"][0], 48);
+    assert_eq!(v["run"]["check"]["sort"]["passed"], true);
     let out = tilegen()
         .args([
             "moe",

@@ -6,8 +6,8 @@
 use rayon::prelude::*;
 use tilegen_kernels::KernelSpec;
 use tilegen_kernels::moe::{
-    Activation, Combine, DeviceWeights, MoeError, MoeInputError, MoeLayer, MoeShape, MoeSpec,
-    MoeSpecError, PreshuffledExpert, Routing, Scoring, route,
+    Activation, Combine, DeviceWeights, FUSED_SORT_PAIRS, MoeError, MoeInputError, MoeLayer,
+    MoeShape, MoeSpec, MoeSpecError, PreshuffledExpert, Routing, Scoring, Stage, route,
 };
 use tilegen_mx::MxMatrix;
 use tilegen_mx::moe::{ExpertBias, ExpertWeights, MoeRefError, MoeReference, random_tokens};
@@ -689,4 +689,76 @@ fn device_sort_groups_as_the_host() {
         .sort_on(&dev, &too_many)
         .unwrap_err();
     assert!(err.to_string().contains("at most 2048"), "{err}");
+}
+
+/// The gate/up kernel groups a small pass's pairs itself ([`MoeSpec::fused_sort`]) and no sort
+/// kernel runs; a pass past [`FUSED_SORT_PAIRS`] launches the sort, which the same kernels
+/// read. Each pass's grouping, activations and output are checked (blocks of 16, 32 and 64
+/// rows; one pair, a pass of exactly the limit, one past it; every token on the same experts).
+#[test]
+fn fused_sort_groups_small_passes_and_falls_back_past_its_limit() {
+    let shape = MoeShape {
+        experts: 12,
+        topk: 4,
+        hidden: 256,
+        inter: 256,
+    };
+    let mut cases = Vec::new();
+    for block_m in [16, 32, 64] {
+        let spec = MoeSpec::new(Activation::SiluMul)
+            .block_m(block_m)
+            .fused_sort(true)
+            .fit_to(&shape);
+        // 1 pair is one token of top-1: use the layer's top-4 at 1, 16 (the limit) and 17
+        // tokens.
+        for tokens in [
+            1,
+            FUSED_SORT_PAIRS / shape.topk,
+            FUSED_SORT_PAIRS / shape.topk + 1,
+        ] {
+            cases.push((
+                format!("block_m {block_m}, {tokens} tokens"),
+                spec.clone(),
+                shape,
+                tokens,
+                random_routing(&shape, tokens, 90 + tokens as u64),
+            ));
+        }
+        let tokens = 9;
+        let ids = (0..tokens).flat_map(|_| 0..shape.topk as u32).collect();
+        cases.push((
+            format!("block_m {block_m}, {tokens} tokens on the same experts"),
+            spec.clone(),
+            shape,
+            tokens,
+            Routing::new(
+                shape.experts,
+                shape.topk,
+                ids,
+                vec![0.25; tokens * shape.topk],
+            )
+            .unwrap(),
+        ));
+    }
+    for (_, spec, shape, tokens, routing) in &cases {
+        let layer = spec.build().unwrap();
+        let sorted_here = tokens * shape.topk <= FUSED_SORT_PAIRS;
+        let (_, run) = check_with(&layer, shape, *tokens, routing, 5, &|e| {
+            random_expert(spec, shape, e, 5)
+        })
+        .unwrap_or_else(|e| panic!("{tokens} tokens, block_m {}: {e}", spec.rows_per_block()));
+        let launched: Vec<Stage> = run.launches.iter().map(|l| l.stage).collect();
+        assert_eq!(
+            launched.contains(&Stage::Sort),
+            !sorted_here,
+            "{tokens} tokens: launched {launched:?}"
+        );
+    }
+    assert!(matches!(
+        MoeSpec::new(Activation::SiluMul)
+            .block_m(128)
+            .fused_sort(true)
+            .validate(),
+        Err(MoeSpecError::Rule { .. })
+    ));
 }

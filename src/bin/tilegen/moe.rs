@@ -129,6 +129,11 @@ pub struct MoeArgs {
     /// How a token's top-k contributions are summed.
     #[arg(long, value_enum, default_value_t = Combine::Atomic)]
     combine: Combine,
+    /// Whether the gate/up kernel groups a pass of at most 64 (token, expert) pairs itself,
+    /// without the sort kernel (default: the per-token-count rule's, on for such passes;
+    /// with --block-m, off). Blocks of at most 64 rows.
+    #[arg(long)]
+    fused_sort: Option<bool>,
     /// The activation (overrides the model's).
     #[arg(long, value_enum)]
     activation: Option<Activation>,
@@ -226,6 +231,9 @@ impl MoeArgs {
             Some(bn) => tile(Stage::Down)?.bn(bn),
             None => tile(Stage::Down)?,
         };
+        if let Some(on) = self.fused_sort {
+            s = s.fused_sort(on);
+        }
         Ok(s.gate_up(gate_up).down(down))
     }
 }

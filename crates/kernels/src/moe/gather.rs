@@ -10,7 +10,9 @@
 //! them; a lane's scale for an MMA tile and K step is one byte of a dword it loads, shifted down
 //! by that byte's (run-time) place.
 
-use tilegen_dsl::{Buffer, DslError, Int, Kernel, Result, TileTensor, dev_layout, split_strides};
+use tilegen_dsl::{
+    Buffer, DslError, Int, Kernel, Lds, Result, TileTensor, Ty, dev_layout, split_strides,
+};
 use tilegen_layout::{Coord, Idx, Layout};
 
 use crate::gemm::PrebSpec;
@@ -21,11 +23,20 @@ use crate::tile::mma::BlockScaledMmaOp;
 use crate::tile::scales::ScaleFragments;
 use crate::tile::stage::{PendingWrites, Threads};
 
+/// Where a block's pair ids are read.
+#[derive(Clone, Copy)]
+enum RowSource<'ctx> {
+    /// The sorted layout in global memory, `[blocks, bm]`.
+    Global(Buffer<'ctx>),
+    /// The workgroup's block alone in LDS, `[bm]`.
+    Lds(Lds<'ctx>),
+}
+
 /// The sorted block layout on the device: pair ids of the workgroup's block.
 #[derive(Clone, Copy)]
 pub(crate) struct SortedRows<'k, 'ctx> {
     k: &'k Kernel<'ctx>,
-    ids: Buffer<'ctx>,
+    ids: RowSource<'ctx>,
     /// The workgroup's block.
     block: Int<'k, 'ctx>,
     /// Rows per block.
@@ -45,7 +56,24 @@ impl<'k, 'ctx> SortedRows<'k, 'ctx> {
     ) -> Self {
         SortedRows {
             k,
-            ids,
+            ids: RowSource::Global(ids),
+            block,
+            bm,
+            topk,
+        }
+    }
+
+    /// The workgroup's block (`block`) alone, `[bm]` pair ids (4 bytes each) in `rows`.
+    pub(crate) fn in_lds(
+        k: &'k Kernel<'ctx>,
+        rows: Lds<'ctx>,
+        block: Int<'k, 'ctx>,
+        bm: i64,
+        topk: Int<'k, 'ctx>,
+    ) -> Self {
+        SortedRows {
+            k,
+            ids: RowSource::Lds(rows),
             block,
             bm,
             topk,
@@ -63,8 +91,12 @@ impl<'k, 'ctx> SortedRows<'k, 'ctx> {
         let uniform = l.crd2idx(&Coord::from((self.block.idx(), Idx::Static(0))))?;
         let lane = l.crd2idx(&Coord::from((Idx::Static(0), row.idx())))?;
         let z = k.i32(0);
-        k.buffer_load(&self.ids, lane.to_value(&z), uniform.to_value(&z), 1)?
-            .int(k)
+        match self.ids {
+            RowSource::Global(ids) => k
+                .buffer_load(&ids, lane.to_value(&z), uniform.to_value(&z), 1)?
+                .int(k),
+            RowSource::Lds(rows) => k.lds_load(&rows, lane.to_value(&z), Ty::I32, 4)?.int(k),
+        }
     }
 
     /// The token of row `row` (per lane): pair `p` is slot `p % topk` of token `p / topk`.

@@ -202,7 +202,9 @@ impl MoeSpec {
                 Stage::GateUp | Stage::Down => {
                     let t = self.tile(stage);
                     let sig = match stage {
-                        Stage::GateUp => stages::gate_up_signature(self.has_bias()).0,
+                        Stage::GateUp => {
+                            stages::gate_up_signature(self.has_bias(), self.has_fused_sort()).0
+                        }
                         _ => stages::down_signature(self.has_bias()).0,
                     };
                     (sig, t.threads(), t.waves_per_eu)
@@ -607,13 +609,41 @@ impl MoeLayer {
         let (hp, ip, h) = (shape.hidden_padded(), shape.inter_padded(), shape.hidden);
         let g = self.spec.tile(Stage::GateUp);
         let d = self.spec.tile(Stage::Down);
-        let mut v = vec![
-            sort_launch(
+        let pairs = plan.tokens * shape.topk;
+        // A small pass the gate/up kernel groups itself launches no sort.
+        let sort_here = self.spec.has_fused_sort() && pairs <= sort::FUSED_SORT_PAIRS;
+        let mut gate_up_args = with_bias(
+            vec![
+                p(bufs.act),
+                p(bufs.act_scales),
+                p(bufs.x),
+                p(bufs.x_scales),
+                p(weights[0]),
+                p(weights[1]),
+                p(bufs.sorted_ids),
+                p(bufs.block_expert),
+                i(plan.tokens),
+                i(shape.topk),
+                i(plan.rows),
+                i(shape.gate_up_rows()),
+                i(hp),
+            ],
+            6,
+            0,
+        );
+        if self.spec.has_fused_sort() {
+            gate_up_args.extend([p(bufs.ids), i(usize::from(sort_here))]);
+        }
+        let mut v = Vec::new();
+        if !sort_here {
+            v.push(sort_launch(
                 [bufs.sorted_ids, bufs.block_expert, bufs.ids],
-                plan.tokens * shape.topk,
+                pairs,
                 shape.experts,
                 plan.max_blocks,
-            ),
+            ));
+        }
+        v.extend([
             (
                 Stage::GateUp,
                 LaunchConfig {
@@ -621,25 +651,7 @@ impl MoeLayer {
                     block: [g.threads(), 1, 1],
                     dynamic_lds: 0,
                 },
-                with_bias(
-                    vec![
-                        p(bufs.act),
-                        p(bufs.act_scales),
-                        p(bufs.x),
-                        p(bufs.x_scales),
-                        p(weights[0]),
-                        p(weights[1]),
-                        p(bufs.sorted_ids),
-                        p(bufs.block_expert),
-                        i(plan.tokens),
-                        i(shape.topk),
-                        i(plan.rows),
-                        i(shape.gate_up_rows()),
-                        i(hp),
-                    ],
-                    6,
-                    0,
-                ),
+                gate_up_args,
             ),
             (
                 Stage::Down,
@@ -671,7 +683,7 @@ impl MoeLayer {
                     1,
                 ),
             ),
-        ];
+        ]);
         if self.reduce.is_some() {
             let per_group = (stages::REDUCE_THREADS * stages::REDUCE_COLUMNS) as usize;
             v.push((

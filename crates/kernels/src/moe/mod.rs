@@ -23,7 +23,7 @@ pub use layer::{
     MoeRun, PreshuffledExpert, expert_bias_bytes,
 };
 pub use routing::{Routing, RoutingError, Scoring, SortedBlocks, route};
-pub use sort::{MAX_SORT_EXPERTS, NO_EXPERT, max_blocks};
+pub use sort::{FUSED_SORT_PAIRS, MAX_SORT_EXPERTS, NO_EXPERT, max_blocks};
 #[cfg(feature = "clap")]
 pub use spec::MoeTileKnobs;
 pub use spec::{Activation, Combine, MoeShape, MoeSpec, MoeSpecError, Stage};

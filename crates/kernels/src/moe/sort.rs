@@ -14,7 +14,9 @@
 //! One workgroup is enough for a pass: it reads the ids twice (a count, then a scatter), and
 //! a pass holds at most a few tens of thousands of pairs.
 
-use tilegen_dsl::{CachePolicy, I32Param, Int, Kernel, PtrParam, Result, Signature};
+use tilegen_dsl::{
+    Buffer, CachePolicy, I32Param, Int, Kernel, Lds, PtrParam, Result, Signature, Ty,
+};
 use tilegen_layout::{Coord, Idx, Layout};
 
 /// Work-items of the sort's one workgroup.
@@ -228,4 +230,133 @@ pub(crate) fn sort<'k, 'ctx>(k: &'k Kernel<'ctx>, block_m: u32) -> Result<()> {
         // Row r of the expert's run: row r % BM of its block r / BM.
         k.buffer_store(&sorted, i.into(), row_at(r % bm, b0 + r / bm)?, z)
     })
+}
+
+/// Most pairs a pass may have for the gate/up kernel to group them itself
+/// ([`super::MoeSpec::fused_sort`]): one wave holds them, a pair a lane.
+pub const FUSED_SORT_PAIRS: usize = 64;
+
+/// LDS of [`block_in_wave`]: two words per pair (expert, blocks) for the wave's 64 lanes.
+pub(crate) const FUSED_SORT_LDS_BYTES: u64 = 4 * 2 * 64;
+
+/// Pairs [`block_in_wave`] reads per step of its passes (four 16-byte LDS reads issued
+/// together, one latency a step).
+const FUSED_GROUP: i64 = 16;
+
+/// One wave (all 64 lanes active) groups a pass's `pairs` pairs (at most
+/// [`FUSED_SORT_PAIRS`]; their experts in `ids`) as the sort kernel's layout would and
+/// writes block `block` of it to `rows` (`bm` words: each row's pair, `pairs` for padding);
+/// returns the block's expert ([`NO_EXPERT`] past the blocks the pairs fill), the same in
+/// every lane. Every workgroup that calls it for a block computes the same rows: a pair's
+/// place in its expert's run is the count of the expert's pairs before it, not an atomic's
+/// turn. Each lane holds one pair; two passes over the pairs (read from `scratch`,
+/// [`FUSED_SORT_LDS_BYTES`], [`FUSED_GROUP`] a step) count and place them, and each lane
+/// whose pair lands in the block writes its row.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_in_wave<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    ids: &Buffer<'ctx>,
+    pairs: Int<'k, 'ctx>,
+    lane: Int<'k, 'ctx>,
+    block: Int<'k, 'ctx>,
+    bm: i64,
+    scratch: &Lds<'ctx>,
+    rows: &Lds<'ctx>,
+) -> Result<Int<'k, 'ctx>> {
+    let z = k.i32(0);
+    // Past the pairs: an expert above every real one, which no pair counts as its own.
+    let none = k.i32(i64::from(i32::MAX));
+    // (pair, field) -> byte of the scratch: expert, blocks.
+    let table = Layout::new(
+        (Idx::Static(64), Idx::Static(2)),
+        (Idx::Static(4), Idx::Static(256)),
+    )?;
+    let cell = |j: Int<'k, 'ctx>, f: i64| -> Result<Int<'k, 'ctx>> {
+        Ok(table
+            .crd2idx(&Coord::from((j.idx(), Idx::Static(f))))?
+            .to_value(&z))
+    };
+    let (expert_f, blocks_f) = (0, 1);
+    let mine = lane.lt(&pairs);
+    let pair_l = Layout::new(Idx::Static(FUSED_SORT_PAIRS as i64), Idx::Static(4))?;
+    let at = pair_l.crd2idx(&Coord::Leaf(lane.min(&(pairs - 1)).idx()))?;
+    let e = k
+        .buffer_load(ids, at.to_value(&z), z, 1)?
+        .int(k)?
+        .select(mine, &none);
+    k.lds_store(scratch, cell(lane, expert_f)?, e.into(), 4)?;
+    // `body(j, values)` for each pair `j` of the pass (and those up to the step's end, which
+    // read what lanes past the pairs wrote): `values[f]` is field `fields[f]` of pair `j`.
+    let over = |fields: &[i64], body: &dyn Fn(Int<'k, 'ctx>, &[Int<'k, 'ctx>]) -> Result<()>| {
+        k.for_range(z, pairs, FUSED_GROUP, |j0| {
+            let loaded = fields
+                .iter()
+                .map(|&f| {
+                    (0..FUSED_GROUP / 4)
+                        .map(|g| k.lds_load(scratch, cell(j0 + 4 * g, f)?, Ty::dwords(4), 16))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for q in 0..FUSED_GROUP {
+                let vals = loaded
+                    .iter()
+                    .map(|v| k.slice(v[(q / 4) as usize], (q % 4) as u32, 1)?.int(k))
+                    .collect::<Result<Vec<_>>>()?;
+                body(j0 + q, &vals)?;
+            }
+            Ok(())
+        })
+    };
+    // Pass 1: the pairs of my expert before me (my place in its run) and in all.
+    let before_me = k.var(z.into())?;
+    let same = k.var(z.into())?;
+    over(&[expert_f], &|j, v| {
+        let hit = k.i32(1).select(v[0].eq(&e), &z);
+        let n = k.get(&same)?.int(k)?;
+        k.set(&same, (n + hit).into())?;
+        let n = k.get(&before_me)?.int(k)?;
+        k.set(&before_me, (n + hit.select(j.lt(&lane), &z)).into())
+    })?;
+    let place = k.get(&before_me)?.int(k)?;
+    let count = k.get(&same)?.int(k)?;
+    // The first pair of an expert speaks for its blocks.
+    let blocks = ((count + (bm - 1)) / bm)
+        .select(place.eq(&z), &z)
+        .select(mine, &z);
+    k.lds_store(scratch, cell(lane, blocks_f)?, blocks.into(), 4)?;
+    // Pass 2: the blocks of the experts below mine come first; all of them in all.
+    let first = k.var(z.into())?;
+    let total = k.var(z.into())?;
+    over(&[expert_f, blocks_f], &|_, v| {
+        let f = k.get(&first)?.int(k)?;
+        k.set(&first, (f + v[1].select(v[0].lt(&e), &z)).into())?;
+        let t = k.get(&total)?.int(k)?;
+        k.set(&total, (t + v[1]).into())
+    })?;
+    let first = k.get(&first)?.int(k)?;
+    let total = k.readfirstlane(k.get(&total)?.int(k)?)?;
+    // The block's rows: padding, then each pair whose row (`place % bm` of block `first +
+    // place / bm`) is in the block over its padding (the same wave's LDS writes land in
+    // program order).
+    let row_l = Layout::new(Idx::Static(bm), Idx::Static(4))?;
+    let row_at = |r: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
+        Ok(row_l.crd2idx(&Coord::Leaf(r.idx()))?.to_value(&z))
+    };
+    k.if_then(lane.lt(&k.i32(bm)), || {
+        k.lds_store(rows, row_at(lane)?, pairs.into(), 4)
+    })?;
+    let row = first * bm + place - block * bm;
+    let lands = (first * bm + place).lt(&((block + 1) * bm));
+    let from = block * bm;
+    k.if_then(mine, || {
+        k.if_then(k.i32(-1).lt(&(first * bm + place - from)), || {
+            k.if_then(lands, || k.lds_store(rows, row_at(row)?, lane.into(), 4))
+        })
+    })?;
+    // The block's expert: its first row's pair's (every block the pairs fill has one).
+    let pair0 = k.readfirstlane(k.lds_load(rows, z, Ty::I32, 4)?.int(k)?)?;
+    let e0 = k
+        .lds_load(scratch, cell(pair0.min(&k.i32(63)), expert_f)?, Ty::I32, 4)?
+        .int(k)?;
+    k.readfirstlane(e0.select(block.lt(&total), &k.i32(NO_EXPERT as i32 as i64)))
 }

@@ -129,6 +129,10 @@ pub struct MoeSpec {
     /// Per-expert biases on both GEMMs' outputs; absent in specs written before they existed.
     #[serde(default)]
     bias: bool,
+    /// The gate/up kernel groups a small pass's pairs itself (see [`MoeSpec::fused_sort`]);
+    /// absent in specs written before it existed.
+    #[serde(default)]
+    fused_sort: bool,
 }
 
 impl MoeSpec {
@@ -173,6 +177,7 @@ impl MoeSpec {
             activation,
             combine: Combine::Atomic,
             bias: false,
+            fused_sort: false,
         }
     }
 
@@ -224,7 +229,9 @@ impl MoeSpec {
     /// loads are in flight and fewer steps wait on them: DeepSeek-V3 over 8 ranks at 1 and 4
     /// tokens, 35.5 and 42.4 us to 22.5 and 29.8 with every workgroup simulated with the
     /// next step's weights ahead; two steps ahead, the gate/up kernel at 1 token models 10.7
-    /// us where one step ahead modelled 12.1 (sampled).
+    /// us where one step ahead modelled 12.1 (sampled). A pass of at most
+    /// [`super::FUSED_SORT_PAIRS`] pairs is grouped by the gate/up kernel itself
+    /// ([`MoeSpec::fused_sort`]): a launch less.
     pub fn for_tokens(self, shape: &MoeShape, tokens: usize) -> Self {
         let pairs = tokens.saturating_mul(shape.topk).max(1);
         let touched = shape.experts.min(pairs).max(1);
@@ -249,7 +256,24 @@ impl MoeSpec {
         self.block_m(bm)
             .gate_up(gate_up)
             .down(MoeSpec::default_tile(bm).bn(down_bn))
+            .fused_sort(pairs <= super::sort::FUSED_SORT_PAIRS)
             .fit_to(shape)
+    }
+
+    /// Whether the gate/up kernel groups a pass's pairs itself when the pass has at most
+    /// [`super::FUSED_SORT_PAIRS`] (decode): each of its workgroups places the pairs in one
+    /// wave, as the sort kernel would, and keeps its block's rows in LDS, and the first column
+    /// tile's workgroups write the layout the down kernel reads. Such a pass launches no sort
+    /// kernel (a launch saved); a larger one launches it and the gate/up kernel reads its
+    /// layout. Blocks of at most 64 rows.
+    pub fn fused_sort(mut self, on: bool) -> Self {
+        self.fused_sort = on;
+        self
+    }
+
+    /// Whether the gate/up kernel groups small passes' pairs itself.
+    pub fn has_fused_sort(&self) -> bool {
+        self.fused_sort
     }
 
     /// Rows per sorted block (`BM` of both stages; the routing's `sort(block_m)`).
@@ -378,7 +402,15 @@ impl MoeSpec {
     /// LDS bytes a stage allocates.
     pub fn lds_bytes(&self, stage: Stage) -> u64 {
         match stage {
-            Stage::GateUp => self.gate_up.lds_bytes() + self.epilogue_lds_bytes(),
+            Stage::GateUp => {
+                self.gate_up.lds_bytes()
+                    + self.epilogue_lds_bytes()
+                    + if self.fused_sort {
+                        super::sort::FUSED_SORT_LDS_BYTES + 4 * u64::from(self.block_m) + 4
+                    } else {
+                        0
+                    }
+            }
             Stage::Down => self.down.lds_bytes() + self.combine_lds_bytes(),
             Stage::Sort => super::sort::SORT_LDS_BYTES,
             Stage::Reduce => 0,
@@ -434,14 +466,28 @@ impl MoeSpec {
                 ),
             });
         }
+        if self.fused_sort && self.block_m > 64 {
+            return Err(MoeSpecError::Rule {
+                stage: Stage::GateUp,
+                rule: format!(
+                    "fused_sort needs blocks of at most 64 rows (a wave's lanes), not {}",
+                    self.block_m
+                ),
+            });
+        }
         let lds = self.lds_bytes(Stage::GateUp);
         if lds > u64::from(LDS_BYTES) {
             return Err(MoeSpecError::Rule {
                 stage: Stage::GateUp,
                 rule: format!(
-                    "LDS budget exceeded: {} bytes of A slots + {} bytes of activations > {LDS_BYTES}",
+                    "LDS budget exceeded: {} bytes of A slots + {} bytes of activations{} > {LDS_BYTES}",
                     self.gate_up.lds_bytes(),
-                    self.epilogue_lds_bytes()
+                    self.epilogue_lds_bytes(),
+                    if self.fused_sort {
+                        " + the fused sort's"
+                    } else {
+                        ""
+                    }
                 ),
             });
         }
@@ -537,12 +583,13 @@ impl MoeSpec {
         let bias = if self.bias { "_bias" } else { "" };
         match stage {
             Stage::GateUp => format!(
-                "mxfp4_moe_gate_up_{}{bias}_{}",
+                "mxfp4_moe_gate_up_{}{bias}_{}{}",
                 match self.activation {
                     Activation::Swiglu => "swiglu",
                     Activation::SiluMul => "silu",
                 },
-                tile(&self.gate_up)
+                tile(&self.gate_up),
+                if self.fused_sort { "_fs" } else { "" }
             ),
             Stage::Down => format!(
                 "mxfp4_moe_down_{}{bias}_{}",

@@ -43,6 +43,9 @@ pub(crate) struct GateUpParams {
     rows: I32Param,
     n: I32Param,
     k: I32Param,
+    /// With a fused sort: each pair's expert `[tokens * topk]`, and whether this pass's
+    /// pairs are grouped here (1) or were by the sort kernel (0).
+    fused: Option<(PtrParam, I32Param)>,
 }
 
 /// The gate/up kernel's signature: `(out, out_scales, x, x_scales, w, w_scales, [bias,]
@@ -51,8 +54,11 @@ pub(crate) struct GateUpParams {
 /// `rows` padded to 32; `x` the tokens `[tokens, k / 2]` with row-major scales
 /// `[tokens, k / 32]`; `w` the gate/up weights `[E, n, k]` in the Shuffler's grouped 5D layout
 /// and their 4D scales; `bias` (with `bias`) the biases `[E, n]` bf16; `rows` = blocks x BM
-/// sorted rows; `n` = 2 x padded intermediate size; `k` = padded hidden.
-pub(crate) fn gate_up_signature(bias: bool) -> (Signature, GateUpParams) {
+/// sorted rows; `n` = 2 x padded intermediate size; `k` = padded hidden; with `fused` (the
+/// spec's fused sort) then `ids` (each pair's expert) and `sort_here` (1: this kernel groups
+/// the pairs and writes `sorted_ids` and `block_expert` for the down kernel; 0: it reads
+/// them).
+pub(crate) fn gate_up_signature(bias: bool, fused: bool) -> (Signature, GateUpParams) {
     let mut s = Signature::new();
     let p = GateUpParams {
         out: s.global_ptr("out"),
@@ -69,6 +75,7 @@ pub(crate) fn gate_up_signature(bias: bool) -> (Signature, GateUpParams) {
         rows: s.i32("rows"),
         n: s.i32("n"),
         k: s.i32("k"),
+        fused: fused.then(|| (s.global_ptr("ids"), s.i32("sort_here"))),
     };
     (s, p)
 }
@@ -187,6 +194,87 @@ fn expert_b<'k, 'ctx>(
     Ok((preb::b_view(k, wb, n, kb)?, Scales::new(k, sb, npad, ks)?))
 }
 
+/// The workgroup's block in LDS (its `bm` rows' pairs, then its expert, one word each) and
+/// its expert (wave-uniform).
+/// Grouped here (`sort_here` 1: wave 0 places the pass's pairs, whose experts `pair_experts`
+/// holds; the workgroups of column tile 0 also write the block's rows and expert for the down
+/// kernel) or copied from the sort kernel's layout (`sort_here` 0). A workgroup past the
+/// blocks the pairs fill finds expert [`super::NO_EXPERT`].
+#[allow(clippy::too_many_arguments)]
+fn block_rows_in_lds<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    th: &Threads<'k, 'ctx>,
+    block_expert_p: PtrParam,
+    sorted_ids: &Buffer<'ctx>,
+    pair_experts: PtrParam,
+    sort_here: Int<'k, 'ctx>,
+    pairs: Int<'k, 'ctx>,
+    blocks: Int<'k, 'ctx>,
+    bid_x: Int<'k, 'ctx>,
+    bid_y: Int<'k, 'ctx>,
+    bm: i64,
+) -> Result<(tilegen_dsl::Lds<'ctx>, Int<'k, 'ctx>)> {
+    let z = k.i32(0);
+    let lds = k.lds_alloc("moe_block_rows", (4 * bm + 4) as u32, 16)?;
+    let scratch = k.lds_alloc(
+        "moe_fused_sort",
+        super::sort::FUSED_SORT_LDS_BYTES as u32,
+        16,
+    )?;
+    // (row, block) -> byte of the sorted layout; the block's rows, then its expert, in LDS.
+    let layout_l = Layout::new(
+        (Idx::Static(bm), blocks.idx()),
+        (Idx::Static(4), Idx::Static(4 * bm)),
+    )?;
+    let row_at = |r: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
+        Ok(layout_l
+            .crd2idx(&Coord::from((r.idx(), bid_y.idx())))?
+            .to_value(&z))
+    };
+    let local = Layout::new(Idx::Static(bm + 1), Idx::Static(4))?;
+    let slot = |r: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
+        Ok(local.crd2idx(&Coord::Leaf(r.idx()))?.to_value(&z))
+    };
+    let experts_buf = k.buffer(k.ptr_arg(block_expert_p)?, blocks * 4, CachePolicy::Always)?;
+    let expert_at =
+        Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(bid_y.idx()))?;
+    let lane = th.lane;
+    let in_block = lane.lt(&k.i32(bm));
+    k.if_then(th.wave.eq(&z), || {
+        k.if_then(z.lt(&sort_here), || {
+            let ids = k.buffer(k.ptr_arg(pair_experts)?, pairs * 4, CachePolicy::Always)?;
+            let expert =
+                super::sort::block_in_wave(k, &ids, pairs, lane, bid_y, bm, &scratch, &lds)?;
+            k.if_then(lane.eq(&z), || {
+                k.lds_store(&lds, slot(k.i32(bm))?, expert.into(), 4)
+            })?;
+            // Column tile 0 writes the layout the down kernel reads.
+            let row = k.lds_load(&lds, slot(lane.min(&k.i32(bm - 1)))?, Ty::I32, 4)?;
+            k.if_then(bid_x.eq(&z), || {
+                k.if_then(in_block, || {
+                    k.buffer_store(sorted_ids, row, row_at(lane)?, z)
+                })?;
+                k.if_then(lane.eq(&z), || {
+                    k.buffer_store(&experts_buf, expert.into(), expert_at.to_value(&z), z)
+                })
+            })
+        })?;
+        k.if_then(sort_here.eq(&z), || {
+            k.if_then(in_block, || {
+                let row = k.buffer_load(sorted_ids, row_at(lane)?, z, 1)?;
+                k.lds_store(&lds, slot(lane)?, row, 4)
+            })?;
+            k.if_then(lane.eq(&z), || {
+                let e = k.buffer_load(&experts_buf, expert_at.to_value(&z), z, 1)?;
+                k.lds_store(&lds, slot(k.i32(bm))?, e, 4)
+            })
+        })
+    })?;
+    k.barrier()?;
+    let expert = k.lds_load(&lds, slot(k.i32(bm))?, Ty::I32, 4)?.int(k)?;
+    Ok((lds, k.readfirstlane(expert)?))
+}
+
 /// The expert of the workgroup's block (wave-uniform). A block past the sort's count has
 /// none ([`super::NO_EXPERT`]): its workgroup leaves here.
 fn block_expert<'k, 'ctx>(
@@ -288,7 +376,7 @@ fn accum_bias<'k, 'ctx>(
 pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<()> {
     let tile = spec.tile(Stage::GateUp);
     let th = Threads::new(k, tile.warps() as i64)?;
-    let (_, p) = gate_up_signature(spec.has_bias());
+    let (_, p) = gate_up_signature(spec.has_bias(), spec.has_fused_sort());
     let tokens = k.i32_arg(p.tokens)?;
     let topk = k.i32_arg(p.topk)?;
     let rows = k.i32_arg(p.rows)?;
@@ -300,14 +388,40 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
     let blocks = rows / bm;
     let (slots, mma) = preb::mma_state(k, tile)?;
     let ids = k.buffer(k.ptr_arg(p.sorted_ids)?, rows * 4, CachePolicy::Always)?;
-    let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
     let x = k.buffer(k.ptr_arg(p.x)?, tokens * kb, CachePolicy::Always)?;
     let xs = k.buffer(k.ptr_arg(p.x_scales)?, tokens * ks, CachePolicy::Always)?;
-    // The rows' token ids are loaded before the block's expert: neither depends on the other,
-    // and the expert's wave-uniform read waits for every load issued before it, so issued in
-    // this order the two latencies overlap instead of following each other.
-    let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
-    let expert = block_expert(k, p.block_expert, blocks, bid_y)?;
+    let (a, expert) = match p.fused {
+        None => {
+            let sorted = SortedRows::new(k, ids, bid_y, bm, topk);
+            // The rows' token ids are loaded before the block's expert: neither depends on
+            // the other, and the expert's wave-uniform read waits for every load issued
+            // before it, so issued in this order the two latencies overlap instead of
+            // following each other.
+            let a = GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?;
+            (a, block_expert(k, p.block_expert, blocks, bid_y)?)
+        }
+        Some((pair_experts, sort_here)) => {
+            let (rows_lds, expert) = block_rows_in_lds(
+                k,
+                &th,
+                p.block_expert,
+                &ids,
+                pair_experts,
+                k.i32_arg(sort_here)?,
+                tokens * topk,
+                blocks,
+                bid_x,
+                bid_y,
+                bm,
+            )?;
+            k.exit_unless(k.i32(-1).lt(&expert))?;
+            let sorted = SortedRows::in_lds(k, rows_lds, bid_y, bm, topk);
+            (
+                GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?,
+                expert,
+            )
+        }
+    };
     let (b, sfb) = expert_b(
         k,
         p.w,
