@@ -495,13 +495,74 @@ impl<'ctx> Kernel<'ctx> {
         self.fence_with(ordering, None)
     }
 
+    /// A release fence at agent scope: the work-item's earlier global writes are visible to
+    /// any workgroup of the device (whichever XCD's L2 holds them) that acquires after an
+    /// atomic it orders before ([`Kernel::acquire_agent`]).
+    pub fn release_agent(&self) -> Result<()> {
+        self.scoped_fence(AtomicOrdering::Release, b"agent", None)
+    }
+
+    /// An acquire fence at agent scope: global reads after it see what workgroups released
+    /// at agent scope before the atomic this work-item read ([`Kernel::release_agent`]).
+    pub fn acquire_agent(&self) -> Result<()> {
+        self.scoped_fence(AtomicOrdering::Acquire, b"agent", None)
+    }
+
+    /// Atomically adds `value` to the `u32` at byte `offset` of the global allocation `base`
+    /// (monotonic, agent scope: every XCD's workgroups see one order of the adds) and returns
+    /// the value it held before.
+    pub fn global_atomic_add<'k>(
+        &'k self,
+        base: Ptr<'ctx>,
+        offset: Int<'k, 'ctx>,
+        value: Int<'k, 'ctx>,
+    ) -> Result<Int<'k, 'ctx>> {
+        let i64t = self.ctx.i64_type();
+        let off = self.builder.build_int_z_extend(offset.value(), i64t, "")?;
+        // SAFETY: a byte GEP within the caller's allocation; out of range is a device fault,
+        // not host UB.
+        let p = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.ctx.i8_type(), base.0, &[off], "")?
+        };
+        let scope = b"agent";
+        // SAFETY: plain LLVM C API calls on this kernel's live context and builder, with
+        // operands built in it (inkwell builds only system-scope atomics).
+        let old = unsafe {
+            let id = llvm_sys::core::LLVMGetSyncScopeID(
+                self.ctx.raw(),
+                scope.as_ptr().cast(),
+                scope.len(),
+            );
+            llvm_sys::core::LLVMBuildAtomicRMWSyncScope(
+                self.builder.as_mut_ptr(),
+                llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpAdd,
+                p.as_value_ref(),
+                value.value().as_value_ref(),
+                llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
+                id,
+            )
+        };
+        // SAFETY: the atomicrmw of an i32 just built is an i32 value of this context.
+        let old = unsafe { IntValue::new(old) };
+        Ok(Int::from_value(self, old))
+    }
+
     fn fence_with(
         &self,
         ordering: AtomicOrdering,
         mmra: Option<inkwell::values::MetadataValue<'ctx>>,
     ) -> Result<()> {
-        // inkwell builds only system-scope fences; the workgroup scope needs the C API.
-        let scope = b"workgroup";
+        self.scoped_fence(ordering, b"workgroup", mmra)
+    }
+
+    fn scoped_fence(
+        &self,
+        ordering: AtomicOrdering,
+        scope: &[u8],
+        mmra: Option<inkwell::values::MetadataValue<'ctx>>,
+    ) -> Result<()> {
+        // inkwell builds only system-scope fences; other scopes need the C API.
         // SAFETY: plain LLVM C API calls on this kernel's live context and builder.
         unsafe {
             let ctx = self.ctx.raw();

@@ -116,3 +116,112 @@ fn llama3_70b_like_decode() {
 fn gpt_oss_like_decode() {
     run_all(&model_cases(64, 8, 64));
 }
+
+/// The fused reduce ([`AttentionSpec::fused_reduce`]): the main kernel's last wave per
+/// (sequence, KV head) merges the partials, for every group size, both head sizes, one to four
+/// waves, ragged contexts (one key; a sequence whose later splits see none), and no reduce
+/// kernel is built.
+#[test]
+fn fused_reduce_merges_in_the_main_kernel() {
+    let mut cases = Vec::new();
+    for (q, kv, d) in [(2, 2, 128), (8, 2, 64), (16, 2, 128), (32, 2, 64)] {
+        let spec = AttentionSpec::new(q, kv, d, 16).fused_reduce(true);
+        cases.push((spec.split_kv(3), vec![700, 1, 40]));
+        cases.push((spec.split_kv(5).waves(2), vec![1500, 129]));
+    }
+    cases.push((
+        AttentionSpec::new(8, 1, 128, 64)
+            .split_kv(4)
+            .waves(4)
+            .fused_reduce(true),
+        vec![3000, 17],
+    ));
+    for (spec, _) in &cases {
+        assert!(spec.merges_in_main() && !spec.needs_reduce(), "{spec:?}");
+        assert!(spec.build().unwrap().reduce().is_none());
+    }
+    run_all(&cases);
+}
+
+/// The fused reduce's counters are zero again after a launch: two launches on the same
+/// buffers (the second reusing the first's counters) give the same output, which the
+/// reference accepts.
+#[test]
+fn fused_reduce_leaves_its_counters_zero() {
+    use tilegen_device::{Buffer, Device};
+    let spec = AttentionSpec::new(8, 2, 128, 16)
+        .split_kv(4)
+        .waves(2)
+        .fused_reduce(true);
+    let kernels = spec.build().unwrap();
+    let lens = [900, 33, 2000];
+    let problem =
+        AttentionProblem::random(3, 8, 2, 128, 16, &lens, spec.values().sm_scale, 3).unwrap();
+    let inputs = problem.inputs();
+    let s = inputs.shape;
+    let dev = EmuDevice::new();
+    let sizes = kernels.buffer_bytes(&s);
+    let bytes = |v: Vec<u8>| Buffer::upload(&dev, &v).unwrap();
+    let le = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let lef = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let q = bytes(
+        inputs
+            .q
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+    );
+    let (kc, vc) = (
+        bytes(inputs.k_cache.to_vec()),
+        bytes(inputs.v_cache.to_vec()),
+    );
+    let (table, ctx) = (
+        bytes(le(inputs.block_table)),
+        bytes(le(inputs.context_lens)),
+    );
+    let (ks, vs) = (bytes(lef(inputs.k_scales)), bytes(lef(inputs.v_scales)));
+    let fresh = |n: u64| Buffer::new(&dev, n).unwrap();
+    let (out, part_o, part_ml, counters) = (
+        fresh(sizes[0]),
+        fresh(sizes[8]),
+        fresh(sizes[9]),
+        fresh(sizes[10]),
+    );
+    let bufs = tilegen_kernels::attention::AttentionBuffers {
+        out: out.ptr(),
+        q: q.ptr(),
+        k_cache: kc.ptr(),
+        v_cache: vc.ptr(),
+        block_table: table.ptr(),
+        context_lens: ctx.ptr(),
+        k_scales: ks.ptr(),
+        v_scales: vs.ptr(),
+        part_o: Some(part_o.ptr()),
+        part_ml: Some(part_ml.ptr()),
+        counters: Some(counters.ptr()),
+    };
+    let module = dev.load(kernels.main().code_object()).unwrap();
+    let reference = reference_attention(&inputs, spec.partials() as usize).unwrap();
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        tilegen_device::launch(
+            &dev,
+            &module,
+            kernels.main().name(),
+            &kernels.launch_config(s.batch),
+            &kernels.main_args(&bufs, &s),
+        )
+        .unwrap();
+        assert!(counters.to_vec().unwrap().iter().all(|&b| b == 0));
+        let raw = out.to_vec().unwrap();
+        let got: Vec<half::bf16> = raw
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+            .collect();
+        let cmp = reference.compare_bf16(&got).unwrap();
+        assert!(cmp.passed(), "{cmp}");
+        outs.push(got);
+        out.write(0, &vec![0; sizes[0] as usize]).unwrap();
+    }
+    assert_eq!(outs[0], outs[1]);
+}

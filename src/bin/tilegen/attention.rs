@@ -56,6 +56,12 @@ pub struct AttentionArgs {
     /// --split-kv).
     #[arg(long)]
     waves: Option<u32>,
+    /// Whether the main kernel merges the partials of keys split over workgroups (its last
+    /// wave per sequence and KV head) instead of a reduce kernel (default: false). The
+    /// sampled timing method does not see the merge (which wave is last is decided by the
+    /// other workgroups' atomics): time it with --full-simulation.
+    #[arg(long)]
+    fused_reduce: Option<bool>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -103,7 +109,8 @@ pub fn run(a: AttentionArgs) -> Result<()> {
         .fit_to(a.batch.try_into().unwrap_or(u32::MAX), max_context);
     let spec = fitted
         .split_kv(a.split_kv.unwrap_or(fitted.values().split_kv))
-        .waves(a.waves.unwrap_or(fitted.values().waves));
+        .waves(a.waves.unwrap_or(fitted.values().waves))
+        .fused_reduce(a.fused_reduce.unwrap_or(fitted.values().fused_reduce));
     spec.validate()
         .with_context(|| format!("checking {}", spec.kernel_name()))?;
     let shape = AttentionShape::for_contexts(
@@ -524,6 +531,7 @@ fn predict(
         v_scales: ptr(sizes[7], Some(&vs))?,
         part_o: (sizes[8] > 0).then(|| ptr(sizes[8], None)).transpose()?,
         part_ml: (sizes[9] > 0).then(|| ptr(sizes[9], None)).transpose()?,
+        counters: (sizes[10] > 0).then(|| ptr(sizes[10], None)).transpose()?,
     };
     let params = model.params()?;
     let options = model.options();

@@ -43,6 +43,9 @@ pub struct Params {
     pub table_stride: I32Param,
     /// Rows of the cache.
     pub cache_rows: I32Param,
+    /// `[batch * kv_heads]` counters of the partials written, a u32 per 128-byte line (a
+    /// fused reduce; zero between launches).
+    pub counters: PtrParam,
 }
 
 /// The main kernel's signature and its handles.
@@ -62,6 +65,7 @@ pub fn signature() -> (Signature, Params) {
         batch: s.i32("batch"),
         table_stride: s.i32("table_stride"),
         cache_rows: s.i32("cache_rows"),
+        counters: s.global_ptr("counters"),
     };
     (s, p)
 }
@@ -186,6 +190,8 @@ pub(super) struct Workgroup<'s, 'k, 'ctx> {
     pub(super) cache_rows: Int<'k, 'ctx>,
     /// The wave's partial, `split * waves + wave`.
     pub(super) pidx: Int<'k, 'ctx>,
+    /// The (sequence, KV head) pair, `b * kv_heads + h`.
+    pub(super) pair: Int<'k, 'ctx>,
     /// The K and V caches (streamed: each workgroup reads its rows once).
     pub(super) kc: Buffer<'ctx>,
     pub(super) vc: Buffer<'ctx>,
@@ -261,6 +267,7 @@ impl<'s, 'k, 'ctx> Workgroup<'s, 'k, 'ctx> {
             stride,
             cache_rows,
             pidx,
+            pair: bx,
             kc,
             vc,
             table,
@@ -402,11 +409,63 @@ fn epilogue<'k, 'ctx>(
         .partition_c(&atom, lane)?;
     let (_, my_col) = q_of_c.offsets(&Coord::from((0, 0, 0)))?;
     let c_live: Cond = my_col.lt(&k.i32(wg.g)).into();
-    if !wg.spec.needs_reduce() {
+    if !wg.spec.writes_partials() {
         store_output(wg, q, ml, l_tot, c_live)
     } else {
-        store_partial(wg, q, ml, l_tot, c_live)
+        store_partial(wg, q, ml, l_tot, c_live)?;
+        if wg.spec.merges_in_main() {
+            merge_if_last(wg, q)?;
+        }
+        Ok(())
     }
+}
+
+/// The fused reduce: the wave counts its partial (written above) into its (sequence, KV
+/// head)'s counter, after a release fence at agent scope (the other partials may be written
+/// from other XCDs); the wave that counts the last acquires, merges the group's partials
+/// (lane `l`: row `l / (64 / g)` of the group, `d g / 64` depths of it) and resets the counter.
+fn merge_if_last<'k, 'ctx>(wg: &Workgroup<'_, 'k, 'ctx>, q: &Query<'k, 'ctx>) -> Result<()> {
+    let (k, lane, d, g) = (wg.k, wg.lane, wg.d, wg.g);
+    let z = k.i32(0);
+    let counters_ptr = k.ptr_arg(wg.p.counters)?;
+    let pairs = wg.batch * (wg.hq / g);
+    // One u32 per (sequence, KV head), each on its own 128-byte line, so the atomics of
+    // different pairs do not meet on one line.
+    let slot = Layout::new(pairs.idx(), tilegen_layout::Idx::Static(128))?
+        .crd2idx(&Coord::Leaf(wg.pair.idx()))?
+        .to_value(&z);
+    k.release_agent()?;
+    let seen = k.var(z.into())?;
+    k.if_then(lane.eq(&z), || {
+        let old = k.global_atomic_add(counters_ptr, slot, k.i32(1))?;
+        k.set(&seen, old.into())
+    })?;
+    let before = k.readfirstlane(k.get(&seen)?.int(k)?)?;
+    k.if_then(before.eq(&k.i32(wg.parts - 1)), || {
+        k.acquire_agent()?;
+        let rows = wg.batch * wg.hq;
+        let bufs = super::reduce::Partials::new(
+            k,
+            wg.spec,
+            rows,
+            &wg.scales_v,
+            |param| k.ptr_arg(param),
+            [wg.p.out, wg.p.part_o, wg.p.part_ml],
+        )?;
+        let per_row = 64 / g;
+        let c = d / per_row;
+        let every_lane = z.lt(&k.i32(1)).into();
+        bufs.merge(
+            k,
+            (q.row0, lane / per_row),
+            (lane % per_row) * c,
+            c,
+            every_lane,
+            wg.h,
+        )?;
+        let counters = k.buffer(counters_ptr, pairs * 128, CachePolicy::Always)?;
+        k.if_then(lane.eq(&z), || k.buffer_store(&counters, z.into(), slot, z))
+    })
 }
 
 /// The normalised bf16 output of the group's query heads (`split_kv == 1`): with several

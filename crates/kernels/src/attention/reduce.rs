@@ -3,10 +3,9 @@
 //! `i` owns depths `2 i, 2 i + 1`.
 
 use tilegen_dsl::{
-    CachePolicy, Cond, Elem, I32Param, Int, Kernel, PtrParam, Result, Signature, Ty, Value,
-    dev_layout,
+    Buffer, CachePolicy, Cond, Elem, I32Param, Int, Kernel, PtrParam, Result, Signature, Ty, Value,
 };
-use tilegen_layout::{Coord, Layout};
+use tilegen_layout::{Coord, Idx, Layout};
 use tilegen_mx::attention::P_SCALE_LOG2;
 
 use super::spec::AttentionSpec;
@@ -43,64 +42,196 @@ pub fn signature() -> (Signature, Params) {
 pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> {
     let (_, p) = signature();
     let d = i64::from(spec.values().head_dim);
-    let parts = i64::from(spec.partials());
     let (hq, g) = (i64::from(spec.values().q_heads), i64::from(spec.group()));
     let rows = k.i32_arg(p.rows)?;
     let row = k.block_id_x()?;
     let lane = k.thread_id()?;
     let buf = |param, bytes| k.buffer(k.ptr_arg(param)?, bytes, CachePolicy::Always);
-    let out = buf(p.out, rows * (2 * d))?;
-    let part_o = buf(p.part_o, rows * (4 * parts * d))?;
-    let part_ml = buf(p.part_ml, rows * (8 * parts))?;
-    let scales = buf(p.v_scales, k.i32(hq / g * 4))?;
+    let bufs = Partials::new(
+        k,
+        spec,
+        rows,
+        &buf(p.v_scales, k.i32(hq / g * 4))?,
+        |param| k.ptr_arg(param),
+        [p.out, p.part_o, p.part_ml],
+    )?;
     let kv_head = (row % hq) / g;
-    let vs = k.bitcast(k.buffer_load(&scales, k.i32(0), kv_head * 4, 1)?, Ty::F32)?;
+    // Lane i: depths 2i, 2i + 1 of the row; lanes past the head write past the output.
+    bufs.merge(
+        k,
+        (row, k.i32(0)),
+        lane * 2,
+        2,
+        lane.lt(&k.i32(d / 2)).into(),
+        kv_head,
+    )
+}
 
-    // Lane i: depths 2i, 2i + 1 of the row; partial p's pair at byte (p d + 2 i) 4, the output's
-    // at (2 i) 2. Lanes past the head point past the buffers' ends.
-    let pair = dev_layout(&Layout::new((d / 2, parts), (8, 4 * d))?)?;
-    let out_pair = dev_layout(&Layout::leaf(d / 2, 4))?;
-    let live: Cond = lane.lt(&k.i32(d / 2)).into();
-    let zero = k.f32(0.0);
-    let ml_at = |q: Int<'k, 'ctx>| -> Result<(Value<'ctx>, Value<'ctx>)> {
-        let v = k.buffer_load(&part_ml, k.i32(0), (row * parts + q) * 8, 2)?;
-        let v = k.bitcast(v, Ty::vector(Elem::F32, 2))?;
-        Ok((k.slice(v, 0, 1)?, k.slice(v, 1, 1)?))
-    };
-    // The largest max among partials that saw keys.
-    let big_m = k.var(k.f32(f32::NEG_INFINITY))?;
-    k.for_range(k.i32(0), k.i32(parts), 1, |q| {
-        let (m, l) = ml_at(q)?;
-        let cur = k.get(&big_m)?;
-        let seen = k.flt(zero, l)?;
-        k.set(&big_m, k.select(seen, k.fmax(cur, m)?, cur)?)
-    })?;
-    let m_all = k.get(&big_m)?;
-    let o = k.var(k.zero(Ty::vector(Elem::F32, 2)))?;
-    let l_all = k.var(zero)?;
-    k.for_range(k.i32(0), k.i32(parts), 1, |q| {
-        let (m, l) = ml_at(q)?;
-        let seen = k.flt(zero, l)?;
-        let w = k.select(seen, k.exp2(k.fsub(m, m_all)?)?, zero)?;
-        k.set(&l_all, k.fadd(k.get(&l_all)?, k.fmul(w, l)?)?)?;
-        let at = pair
-            .crd2idx(&Coord::from((lane.idx(), q.idx())))?
-            .to_value(&lane);
+/// The buffers a merge of partials reads and writes: the bf16 output `[rows, d]`, the f32
+/// partial outputs `[rows, parts, d]` and their (max, sum) `[rows, parts, 2]`, and the V
+/// scales `[kv_heads]`.
+pub(super) struct Partials<'k, 'ctx> {
+    rows: Int<'k, 'ctx>,
+    out: Buffer<'ctx>,
+    part_o: Buffer<'ctx>,
+    part_ml: Buffer<'ctx>,
+    v_scales: Buffer<'ctx>,
+    d: i64,
+    parts: i64,
+}
+
+/// Partials a merge loads before it uses the first (their loads in flight together).
+const MERGE_GROUP: i64 = 8;
+
+impl<'k, 'ctx> Partials<'k, 'ctx> {
+    /// The buffers of `rows` query rows of `spec`, through `ptr` of the output, partial
+    /// output and partial (max, sum) parameters.
+    pub(super) fn new(
+        k: &'k Kernel<'ctx>,
+        spec: &AttentionSpec,
+        rows: Int<'k, 'ctx>,
+        v_scales: &Buffer<'ctx>,
+        ptr: impl Fn(PtrParam) -> Result<tilegen_dsl::Ptr<'ctx>>,
+        [out, part_o, part_ml]: [PtrParam; 3],
+    ) -> Result<Self> {
+        let d = i64::from(spec.values().head_dim);
+        let parts = i64::from(spec.partials());
+        let buf = |param, bytes| k.buffer(ptr(param)?, bytes, CachePolicy::Always);
+        Ok(Partials {
+            rows,
+            out: buf(out, rows * (2 * d))?,
+            part_o: buf(part_o, rows * (4 * parts * d))?,
+            part_ml: buf(part_ml, rows * (8 * parts))?,
+            v_scales: *v_scales,
+            d,
+            parts,
+        })
+    }
+
+    /// Merges the partials of query row `row.0 + row.1` (`row.0` the same in every lane, `row.1`
+    /// the lane's: a buffer's uniform offset must not vary across lanes) over the lane's `c`
+    /// depths from `depth0` (`c` a power of two up to 32) into the bf16 output: `O = sum w_p O_p`, `L = sum w_p l_p`,
+    /// `w_p = 2^(m_p - max m)` over the partials that saw keys, scaled by the row's KV head's
+    /// V scale over `L`. A lane that is not `live` writes past the output's end.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn merge(
+        &self,
+        k: &'k Kernel<'ctx>,
+        row: (Int<'k, 'ctx>, Int<'k, 'ctx>),
+        depth0: Int<'k, 'ctx>,
+        c: i64,
+        live: Cond<'ctx>,
+        kv_head: Int<'k, 'ctx>,
+    ) -> Result<()> {
+        let (d, parts) = (self.d, self.parts);
+        let z = k.i32(0);
+        let zero = k.f32(0.0);
+        let vs = k.bitcast(k.buffer_load(&self.v_scales, z, kv_head * 4, 1)?, Ty::F32)?;
+        // (partial, row) -> byte of the (max, sum) pairs; (depth, partial, row) -> byte of the
+        // partial outputs; (depth, row) -> byte of the output. The uniform row goes to the
+        // buffer's uniform offset, the lane's row and the rest to the lane's.
+        let (st, rows) = (Idx::Static, self.rows.idx());
+        let ml_l = Layout::new((st(parts), rows.clone()), (st(8), st(8 * parts)))?;
+        let o_l = Layout::new(
+            (st(d), st(parts), rows.clone()),
+            (st(4), st(4 * d), st(4 * parts * d)),
+        )?;
+        let out_l = Layout::new((st(d), rows), (st(2), st(2 * d)))?;
+        let (row0, lane_row) = row;
+        let ml_at = |q: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
+            Ok(ml_l
+                .crd2idx(&Coord::from((q.idx(), lane_row.idx())))?
+                .to_value(&z))
+        };
+        let o_at = |q: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
+            Ok(o_l
+                .crd2idx(&Coord::from((depth0.idx(), q.idx(), lane_row.idx())))?
+                .to_value(&z))
+        };
+        let ml_row = row0 * (8 * parts);
+        let o_row = row0 * (4 * parts * d);
+        let pieces = |dwords: i64| -> Vec<(i64, u32)> {
+            (0..(dwords + 3) / 4)
+                .map(|i| (i * 16, (dwords - 4 * i).min(4) as u32))
+                .collect()
+        };
+        // Every partial, `MERGE_GROUP` of them loaded before the first is used; the indices
+        // past the last load the last and are not partials. One pass: the running max moves
+        // up as partials come, and what was summed is rescaled to it (`2^(m_old - m_new)`).
+        let m_run = k.var(k.f32(f32::NEG_INFINITY))?;
+        let o = k.var(k.zero(Ty::vector(Elem::F32, c as u32)))?;
+        let l_all = k.var(zero)?;
+        k.for_range(z, k.i32(parts), MERGE_GROUP, |q0| {
+            let loaded = (0..MERGE_GROUP.min(parts))
+                .map(|j| {
+                    let q = q0 + j;
+                    let qc = q.min(&k.i32(parts - 1));
+                    let ml = k.bitcast(
+                        k.buffer_load(&self.part_ml, ml_at(qc)?, ml_row, 2)?,
+                        Ty::vector(Elem::F32, 2),
+                    )?;
+                    let at = k
+                        .select(
+                            live,
+                            Value::from(o_at(qc)?),
+                            Value::from(self.part_o.records(k)),
+                        )?
+                        .int(k)?;
+                    let parts_o = pieces(c)
+                        .into_iter()
+                        .map(|(off, n)| k.buffer_load(&self.part_o, at + off, o_row, n))
+                        .collect::<Result<Vec<_>>>()?;
+                    let v = k.bitcast(k.concat(&parts_o)?, Ty::vector(Elem::F32, c as u32))?;
+                    Ok((q, ml, v))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for (q, ml, v) in loaded {
+                let m = k.slice(ml, 0, 1)?;
+                // A partial (past the last: a sum of 0) that saw keys.
+                let l = k.select(q.lt(&k.i32(parts)).into(), k.slice(ml, 1, 1)?, zero)?;
+                let counts = k.flt(zero, l)?;
+                let cur = k.get(&m_run)?;
+                let m_new = k.select(counts, k.fmax(cur, m)?, cur)?;
+                let keep = k.exp2(k.fsub(cur, m_new)?)?;
+                let w = k.select(counts, k.exp2(k.fsub(m, m_new)?)?, zero)?;
+                k.set(&m_run, m_new)?;
+                k.set(
+                    &l_all,
+                    k.fadd(k.fmul(k.get(&l_all)?, keep)?, k.fmul(w, l)?)?,
+                )?;
+                let scaled = k.fmul(k.get(&o)?, k.splat(keep, c as u32)?)?;
+                k.set(&o, k.fadd(scaled, k.fmul(v, k.splat(w, c as u32)?)?)?)?;
+            }
+            Ok(())
+        })?;
+        let l_all = k.get(&l_all)?;
+        let denom = k.fmul(l_all, k.f32((1u32 << P_SCALE_LOG2) as f32))?;
+        let f = k.select(k.flt(zero, l_all)?, k.fdiv(vs, denom)?, zero)?;
+        let res = k.convert(k.fmul(k.get(&o)?, k.splat(f, c as u32)?)?, Elem::Bf16)?;
+        let at = out_l
+            .crd2idx(&Coord::from((depth0.idx(), lane_row.idx())))?
+            .to_value(&z);
         let at = k
-            .select(live, Value::from(at), Value::from(part_o.records(k)))?
+            .select(live, Value::from(at), Value::from(self.out.records(k)))?
             .int(k)?;
-        let v = k.buffer_load(&part_o, at, row * (4 * parts * d), 2)?;
-        let v = k.bitcast(v, Ty::vector(Elem::F32, 2))?;
-        let sum = k.fadd(k.get(&o)?, k.fmul(v, k.splat(w, 2)?)?)?;
-        k.set(&o, sum)
-    })?;
-    let l_all = k.get(&l_all)?;
-    let denom = k.fmul(l_all, k.f32((1u32 << P_SCALE_LOG2) as f32))?;
-    let f = k.select(k.flt(zero, l_all)?, k.fdiv(vs, denom)?, zero)?;
-    let res = k.convert(k.fmul(k.get(&o)?, k.splat(f, 2)?)?, Elem::Bf16)?;
-    let at = out_pair.crd2idx(&Coord::from(lane.idx()))?.to_value(&lane);
-    let at = k
-        .select(live, Value::from(at), Value::from(out.records(k)))?
-        .int(k)?;
-    k.buffer_store(&out, k.bitcast(res, Ty::I32)?, at, row * (2 * d))
+        let out_row = row0 * (2 * d);
+        if c == 1 {
+            return k.buffer_store(
+                &self.out,
+                k.bitcast(res, Ty::scalar(Elem::I16))?,
+                at,
+                out_row,
+            );
+        }
+        let words = k.bitcast(res, Ty::dwords((c / 2) as u32))?;
+        for (i, (off, n)) in pieces(c / 2).into_iter().enumerate() {
+            let part = if c / 2 <= 4 {
+                words
+            } else {
+                k.slice(words, (4 * i) as u32, n)?
+            };
+            k.buffer_store(&self.out, part, at + off, out_row)?;
+        }
+        Ok(())
+    }
 }

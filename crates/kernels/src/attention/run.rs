@@ -133,6 +133,10 @@ pub struct AttentionBuffers {
     pub part_o: Option<DevicePtr>,
     /// f32 partial max and sum (with a reduce pass).
     pub part_ml: Option<DevicePtr>,
+    /// Counters of the partials written per (sequence, KV head), a u32 at the start of each
+    /// 128-byte line, zero before the launch (with a fused reduce; the kernel leaves them
+    /// zero).
+    pub counters: Option<DevicePtr>,
 }
 
 /// What a run returns.
@@ -199,6 +203,7 @@ impl AttentionKernels {
             ArgValue::I32(shape.batch as i32),
             ArgValue::I32(shape.table_stride as i32),
             ArgValue::I32(shape.cache_rows as i32),
+            opt(b.counters),
         ]
     }
 
@@ -218,14 +223,15 @@ impl AttentionKernels {
         ])
     }
 
-    /// Bytes of each buffer for `shape`, in [`AttentionBuffers`] order (partials 0 without a
-    /// reduce pass).
-    pub fn buffer_bytes(&self, shape: &AttentionShape) -> [u64; 10] {
+    /// Bytes of each buffer for `shape`, in [`AttentionBuffers`] order (partials 0 when the
+    /// keys are not split over workgroups, counters 0 without a fused reduce; the counters
+    /// must be zero before the first launch).
+    pub fn buffer_bytes(&self, shape: &AttentionShape) -> [u64; 11] {
         let rows = (shape.batch * shape.q_heads) as u64;
         let d = shape.head_dim as u64;
         let cache = shape.cache_rows as u64 * shape.kv_heads as u64 * d;
         let parts = u64::from(self.spec.partials());
-        let reduce = self.spec.needs_reduce();
+        let reduce = self.spec.writes_partials();
         [
             rows * d * 2,
             rows * d * 2,
@@ -237,6 +243,11 @@ impl AttentionKernels {
             shape.kv_heads as u64 * 4,
             if reduce { rows * parts * d * 4 } else { 0 },
             if reduce { rows * parts * 8 } else { 0 },
+            if self.spec.merges_in_main() {
+                shape.batch as u64 * shape.kv_heads as u64 * 128
+            } else {
+                0
+            },
         ]
     }
 
@@ -265,14 +276,8 @@ impl AttentionKernels {
         let ks = Buffer::upload(dev, &bytes_of(inputs.k_scales, f32::to_le_bytes))?;
         let vs = Buffer::upload(dev, &bytes_of(inputs.v_scales, f32::to_le_bytes))?;
         let out = Buffer::new(dev, sizes[0])?;
-        let (part_o, part_ml) = if self.reduce().is_some() {
-            (
-                Some(Buffer::new(dev, sizes[8])?),
-                Some(Buffer::new(dev, sizes[9])?),
-            )
-        } else {
-            (None, None)
-        };
+        let sized = |bytes: u64| (bytes > 0).then(|| Buffer::new(dev, bytes)).transpose();
+        let (part_o, part_ml, counters) = (sized(sizes[8])?, sized(sizes[9])?, sized(sizes[10])?);
         let bufs = AttentionBuffers {
             out: out.ptr(),
             q: q.ptr(),
@@ -284,6 +289,7 @@ impl AttentionKernels {
             v_scales: vs.ptr(),
             part_o: part_o.as_ref().map(Buffer::ptr),
             part_ml: part_ml.as_ref().map(Buffer::ptr),
+            counters: counters.as_ref().map(Buffer::ptr),
         };
         let main = tilegen_device::launch(
             dev,

@@ -110,6 +110,9 @@ pub struct AttentionValues {
     pub waves: u32,
     /// Softmax scale.
     pub sm_scale: f32,
+    /// With the keys split over workgroups: the last wave to finish a (sequence, KV head)
+    /// merges its partials in the main kernel instead of a reduce kernel.
+    pub fused_reduce: bool,
 }
 
 /// A paged FP8 decode attention configuration. Built with [`AttentionSpec::new`] and setters;
@@ -133,6 +136,7 @@ impl AttentionSpec {
                 split_kv: 1,
                 waves: 1,
                 sm_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+                fused_reduce: false,
             },
         }
     }
@@ -153,6 +157,23 @@ impl AttentionSpec {
     pub fn waves(self, waves: u32) -> Self {
         let mut s = self;
         s.v.waves = waves;
+        s
+    }
+
+    /// Whether, with the keys split over workgroups, the main kernel merges the partials:
+    /// each wave counts its partial into a per-(sequence, KV head) counter (an agent-scope
+    /// atomic after a release fence), and the wave that counts the last merges the group's
+    /// partials and resets the counter, so no reduce kernel is launched (one launch less)
+    /// and the counters (zeroed once, see [`AttentionKernels::buffer_bytes`]) are zero again
+    /// after every launch. Off by default: on the MI355X timing model (every workgroup
+    /// simulated) it saves the reduce kernel's time where a few (sequence, KV head) pairs
+    /// split (batch 1, 8 heads: 23.2 to 22.8 us) but not at batch 8 of 64/8 heads at 8,192
+    /// keys (36.3 us either way), where the merging waves' tail costs what the launch saved.
+    /// The sampled timing method does not see the merge (which wave is last is decided by
+    /// the other workgroups' atomics).
+    pub fn fused_reduce(self, on: bool) -> Self {
+        let mut s = self;
+        s.v.fused_reduce = on;
         s
     }
 
@@ -198,10 +219,21 @@ impl AttentionSpec {
         self.v.split_kv * self.v.waves
     }
 
-    /// Whether a reduce pass merges the partials: with more than one workgroup per (sequence,
-    /// KV head). The waves of one workgroup merge theirs in LDS.
-    pub fn needs_reduce(&self) -> bool {
+    /// Whether the main kernel writes partials for a merge across workgroups: with more than
+    /// one workgroup per (sequence, KV head). The waves of one workgroup merge theirs in LDS.
+    pub fn writes_partials(&self) -> bool {
         self.v.split_kv > 1
+    }
+
+    /// Whether a reduce kernel merges the partials: with partials, unless the main kernel
+    /// merges them itself ([`AttentionSpec::fused_reduce`]).
+    pub fn needs_reduce(&self) -> bool {
+        self.writes_partials() && !self.v.fused_reduce
+    }
+
+    /// Whether the main kernel merges partials across workgroups itself.
+    pub fn merges_in_main(&self) -> bool {
+        self.writes_partials() && self.v.fused_reduce
     }
 
     /// LDS bytes: a K and a V tile per wave.
@@ -276,8 +308,13 @@ impl AttentionSpec {
             p => format!("p{p}"),
         };
         format!(
-            "paged_attn_fp8_q{}_kv{}_d{}_{page}_s{}_w{}",
-            self.v.q_heads, self.v.kv_heads, self.v.head_dim, self.v.split_kv, self.v.waves
+            "paged_attn_fp8_q{}_kv{}_d{}_{page}_s{}_w{}{}",
+            self.v.q_heads,
+            self.v.kv_heads,
+            self.v.head_dim,
+            self.v.split_kv,
+            self.v.waves,
+            if self.merges_in_main() { "_fr" } else { "" }
         )
     }
 
