@@ -517,14 +517,7 @@ impl<'ctx> Kernel<'ctx> {
         offset: Int<'k, 'ctx>,
         value: Int<'k, 'ctx>,
     ) -> Result<Int<'k, 'ctx>> {
-        let i64t = self.ctx.i64_type();
-        let off = self.builder.build_int_z_extend(offset.value(), i64t, "")?;
-        // SAFETY: a byte GEP within the caller's allocation; out of range is a device fault,
-        // not host UB.
-        let p = unsafe {
-            self.builder
-                .build_in_bounds_gep(self.ctx.i8_type(), base.0, &[off], "")?
-        };
+        let p = self.ptr_offset(base, offset, self.i32(1))?.0;
         let scope = b"agent";
         // SAFETY: plain LLVM C API calls on this kernel's live context and builder, with
         // operands built in it (inkwell builds only system-scope atomics).
