@@ -159,8 +159,23 @@ pub fn predict_layer(
     } else {
         None
     };
+    let launches = layer.launches(shape, &plan, &bufs, wptrs, bias)?;
+    if !launches.iter().any(|(stage, ..)| *stage == Stage::Sort) {
+        // The gate/up kernel groups this pass itself, and its first column tile's workgroups
+        // write the layout the down kernel reads; the sampled method runs only some of them,
+        // so the layout they would write (the host's, up to the order within an expert) is
+        // in place before, whichever workgroups the model runs.
+        let bm = layer.spec().rows_per_block() as usize;
+        let host = routing.sort(bm).map_err(MoeError::from)?;
+        if let Some((entries, experts)) = host.padded_to(plan.max_blocks) {
+            let words =
+                |v: Vec<u32>| -> Vec<u8> { v.into_iter().flat_map(u32::to_le_bytes).collect() };
+            mem.write(bufs.sorted_ids.0, &words(entries))?;
+            mem.write(bufs.block_expert.0, &words(experts))?;
+        }
+    }
     let mut out = Vec::new();
-    for (stage, config, args) in layer.launches(shape, &plan, &bufs, wptrs, bias)? {
+    for (stage, config, args) in launches {
         let name = layer.kernel(stage).map(|k| k.name()).unwrap_or_default();
         let no_kernel = || MoeTimingError::NoKernel {
             stage,
