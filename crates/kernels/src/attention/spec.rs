@@ -166,9 +166,10 @@ impl AttentionSpec {
     /// partials and resets the counter, so no reduce kernel is launched (one launch less)
     /// and the counters (zeroed once, see [`AttentionKernels::buffer_bytes`]) are zero again
     /// after every launch. Off by default: on the MI355X timing model (every workgroup
-    /// simulated) it saves the reduce kernel's time where a few (sequence, KV head) pairs
-    /// split (batch 1, 8 heads: 23.2 to 22.8 us) but not at batch 8 of 64/8 heads at 8,192
-    /// keys (36.3 us either way), where the merging waves' tail costs what the launch saved.
+    /// simulated) it saves a little where one (sequence, KV head) pair splits (batch 1, 8
+    /// query heads on one KV head, 8,192 keys: 23.3 to 23.0 us) but not at batch 8 of 64/8
+    /// heads at 8,192 keys (36.4 with the reduce kernel, 36.7 fused), where the merging
+    /// waves' tail costs what the launch saved.
     /// The sampled timing method does not see the merge (which wave is last is decided by
     /// the other workgroups' atomics).
     pub fn fused_reduce(self, on: bool) -> Self {
