@@ -360,3 +360,54 @@ pub(crate) fn block_in_wave<'k, 'ctx>(
         .int(k)?;
     k.readfirstlane(e0.select(block.lt(&total), &k.i32(NO_EXPERT as i32 as i64)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::Routing;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No routing of `tokens` tokens over `experts` experts takes more blocks than the
+        /// grids are sized for, and the bound is reached: a pair per expert up to the
+        /// experts, each one padded block.
+        #[test]
+        fn max_blocks_bounds_every_routing(
+            experts in 1usize..40,
+            topk_seed in 0usize..8,
+            tokens in 1usize..60,
+            bm in prop::sample::select(vec![1usize, 16, 32, 64, 128]),
+            seed in any::<u64>(),
+        ) {
+            let topk = 1 + topk_seed % experts.min(8);
+            let mut s = seed | 1;
+            let ids: Vec<u32> = (0..tokens)
+                .flat_map(|_| {
+                    // k distinct experts per token from a seeded shuffle.
+                    let mut e: Vec<u32> = (0..experts as u32).collect();
+                    for i in (1..e.len()).rev() {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        e.swap(i, (s % (i as u64 + 1)) as usize);
+                    }
+                    e.truncate(topk);
+                    e
+                })
+                .collect();
+            let routing = Routing::new(experts, topk, ids, vec![1.0; tokens * topk]).unwrap();
+            let blocks = routing.sort(bm).unwrap().blocks();
+            prop_assert!(blocks <= max_blocks(tokens * topk, experts, bm));
+        }
+    }
+
+    #[test]
+    fn max_blocks_is_reached() {
+        // 5 experts, 5 pairs, one each: 5 blocks whatever the block size.
+        for bm in [1, 16, 128] {
+            assert_eq!(max_blocks(5, 5, bm), 5);
+        }
+        // 3 experts, 40 pairs in blocks of 16: at most 40 / 16 + 3 padded tails.
+        assert_eq!(max_blocks(40, 3, 16), (40 + 3 * 15) / 16);
+    }
+}
