@@ -420,6 +420,10 @@ fn epilogue<'k, 'ctx>(
     }
 }
 
+/// Bytes of one (sequence, KV head)'s counter of a fused reduce: a u32 on its own 128-byte
+/// line, so the atomics of different pairs do not meet on one line.
+pub const COUNTER_BYTES: i64 = 128;
+
 /// The fused reduce: the wave counts its partial (written above) into its (sequence, KV
 /// head)'s counter, after a release fence at agent scope (the other partials may be written
 /// from other XCDs); the wave that counts the last acquires, merges the group's partials
@@ -429,9 +433,7 @@ fn merge_if_last<'k, 'ctx>(wg: &Workgroup<'_, 'k, 'ctx>, q: &Query<'k, 'ctx>) ->
     let z = k.i32(0);
     let counters_ptr = k.ptr_arg(wg.p.counters)?;
     let pairs = wg.batch * (wg.hq / g);
-    // One u32 per (sequence, KV head), each on its own 128-byte line, so the atomics of
-    // different pairs do not meet on one line.
-    let slot = Layout::new(pairs.idx(), tilegen_layout::Idx::Static(128))?
+    let slot = Layout::new(pairs.idx(), tilegen_layout::Idx::Static(COUNTER_BYTES))?
         .crd2idx(&Coord::Leaf(wg.pair.idx()))?
         .to_value(&z);
     k.release_agent()?;
@@ -449,21 +451,19 @@ fn merge_if_last<'k, 'ctx>(wg: &Workgroup<'_, 'k, 'ctx>, q: &Query<'k, 'ctx>) ->
             wg.spec,
             rows,
             &wg.scales_v,
-            |param| k.ptr_arg(param),
             [wg.p.out, wg.p.part_o, wg.p.part_ml],
         )?;
         let per_row = 64 / g;
         let c = d / per_row;
-        let every_lane = z.lt(&k.i32(1)).into();
         bufs.merge(
             k,
             (q.row0, lane / per_row),
             (lane % per_row) * c,
             c,
-            every_lane,
+            None,
             wg.h,
         )?;
-        let counters = k.buffer(counters_ptr, pairs * 128, CachePolicy::Always)?;
+        let counters = k.buffer(counters_ptr, pairs * COUNTER_BYTES, CachePolicy::Always)?;
         k.if_then(lane.eq(&z), || k.buffer_store(&counters, z.into(), slot, z))
     })
 }

@@ -46,25 +46,16 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &AttentionSpec) -> Result<()> 
     let rows = k.i32_arg(p.rows)?;
     let row = k.block_id_x()?;
     let lane = k.thread_id()?;
-    let buf = |param, bytes| k.buffer(k.ptr_arg(param)?, bytes, CachePolicy::Always);
-    let bufs = Partials::new(
-        k,
-        spec,
-        rows,
-        &buf(p.v_scales, k.i32(hq / g * 4))?,
-        |param| k.ptr_arg(param),
-        [p.out, p.part_o, p.part_ml],
+    let v_scales = k.buffer(
+        k.ptr_arg(p.v_scales)?,
+        k.i32(hq / g * 4),
+        CachePolicy::Always,
     )?;
+    let bufs = Partials::new(k, spec, rows, &v_scales, [p.out, p.part_o, p.part_ml])?;
     let kv_head = (row % hq) / g;
     // Lane i: depths 2i, 2i + 1 of the row; lanes past the head write past the output.
-    bufs.merge(
-        k,
-        (row, k.i32(0)),
-        lane * 2,
-        2,
-        lane.lt(&k.i32(d / 2)).into(),
-        kv_head,
-    )
+    let live = lane.lt(&k.i32(d / 2)).into();
+    bufs.merge(k, (row, k.i32(0)), lane * 2, 2, Some(live), kv_head)
 }
 
 /// The buffers a merge of partials reads and writes: the bf16 output `[rows, d]`, the f32
@@ -84,19 +75,18 @@ pub(super) struct Partials<'k, 'ctx> {
 const MERGE_GROUP: i64 = 8;
 
 impl<'k, 'ctx> Partials<'k, 'ctx> {
-    /// The buffers of `rows` query rows of `spec`, through `ptr` of the output, partial
-    /// output and partial (max, sum) parameters.
+    /// The buffers of `rows` query rows of `spec`: the output, partial output and partial
+    /// (max, sum) parameters, and the V scales.
     pub(super) fn new(
         k: &'k Kernel<'ctx>,
         spec: &AttentionSpec,
         rows: Int<'k, 'ctx>,
         v_scales: &Buffer<'ctx>,
-        ptr: impl Fn(PtrParam) -> Result<tilegen_dsl::Ptr<'ctx>>,
         [out, part_o, part_ml]: [PtrParam; 3],
     ) -> Result<Self> {
         let d = i64::from(spec.values().head_dim);
         let parts = i64::from(spec.partials());
-        let buf = |param, bytes| k.buffer(ptr(param)?, bytes, CachePolicy::Always);
+        let buf = |param, bytes| k.buffer(k.ptr_arg(param)?, bytes, CachePolicy::Always);
         Ok(Partials {
             rows,
             out: buf(out, rows * (2 * d))?,
@@ -108,11 +98,27 @@ impl<'k, 'ctx> Partials<'k, 'ctx> {
         })
     }
 
+    /// `at`, or for a lane that is not `live` the end of `buf` (where accesses are dropped).
+    fn or_past(
+        &self,
+        k: &'k Kernel<'ctx>,
+        live: Option<Cond<'ctx>>,
+        at: Int<'k, 'ctx>,
+        buf: &Buffer<'ctx>,
+    ) -> Result<Int<'k, 'ctx>> {
+        match live {
+            Some(c) => k
+                .select(c, Value::from(at), Value::from(buf.records(k)))?
+                .int(k),
+            None => Ok(at),
+        }
+    }
+
     /// Merges the partials of query row `row.0 + row.1` (`row.0` the same in every lane, `row.1`
     /// the lane's: a buffer's uniform offset must not vary across lanes) over the lane's `c`
     /// depths from `depth0` (`c` a power of two up to 32) into the bf16 output: `O = sum w_p O_p`, `L = sum w_p l_p`,
     /// `w_p = 2^(m_p - max m)` over the partials that saw keys, scaled by the row's KV head's
-    /// V scale over `L`. A lane that is not `live` writes past the output's end.
+    /// V scale over `L`. A lane that is not `live` (when given) writes past the output's end.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn merge(
         &self,
@@ -120,7 +126,7 @@ impl<'k, 'ctx> Partials<'k, 'ctx> {
         row: (Int<'k, 'ctx>, Int<'k, 'ctx>),
         depth0: Int<'k, 'ctx>,
         c: i64,
-        live: Cond<'ctx>,
+        live: Option<Cond<'ctx>>,
         kv_head: Int<'k, 'ctx>,
     ) -> Result<()> {
         let (d, parts) = (self.d, self.parts);
@@ -170,13 +176,7 @@ impl<'k, 'ctx> Partials<'k, 'ctx> {
                         k.buffer_load(&self.part_ml, ml_at(qc)?, ml_row, 2)?,
                         Ty::vector(Elem::F32, 2),
                     )?;
-                    let at = k
-                        .select(
-                            live,
-                            Value::from(o_at(qc)?),
-                            Value::from(self.part_o.records(k)),
-                        )?
-                        .int(k)?;
+                    let at = self.or_past(k, live, o_at(qc)?, &self.part_o)?;
                     let parts_o = pieces(c)
                         .into_iter()
                         .map(|(off, n)| k.buffer_load(&self.part_o, at + off, o_row, n))
@@ -192,7 +192,9 @@ impl<'k, 'ctx> Partials<'k, 'ctx> {
                 let counts = k.flt(zero, l)?;
                 let cur = k.get(&m_run)?;
                 let m_new = k.select(counts, k.fmax(cur, m)?, cur)?;
-                let keep = k.exp2(k.fsub(cur, m_new)?)?;
+                // What was summed is kept whole by a partial that does not count (and its
+                // max, which may be -inf, is not subtracted from itself).
+                let keep = k.select(counts, k.exp2(k.fsub(cur, m_new)?)?, k.f32(1.0))?;
                 let w = k.select(counts, k.exp2(k.fsub(m, m_new)?)?, zero)?;
                 k.set(&m_run, m_new)?;
                 k.set(
@@ -211,9 +213,7 @@ impl<'k, 'ctx> Partials<'k, 'ctx> {
         let at = out_l
             .crd2idx(&Coord::from((depth0.idx(), lane_row.idx())))?
             .to_value(&z);
-        let at = k
-            .select(live, Value::from(at), Value::from(self.out.records(k)))?
-            .int(k)?;
+        let at = self.or_past(k, live, at, &self.out)?;
         let out_row = row0 * (2 * d);
         if c == 1 {
             return k.buffer_store(

@@ -244,7 +244,7 @@ impl AttentionKernels {
             if reduce { rows * parts * d * 4 } else { 0 },
             if reduce { rows * parts * 8 } else { 0 },
             if self.spec.merges_in_main() {
-                shape.batch as u64 * shape.kv_heads as u64 * 128
+                shape.batch as u64 * shape.kv_heads as u64 * super::kernel::COUNTER_BYTES as u64
             } else {
                 0
             },

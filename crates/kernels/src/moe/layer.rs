@@ -711,7 +711,7 @@ impl MoeLayer {
         [
             x.data().to_vec(),
             x.scales().to_vec(),
-            routing.ids().iter().flat_map(|w| w.to_le_bytes()).collect(),
+            ids_bytes(routing),
             routing
                 .weights()
                 .iter()
@@ -838,8 +838,7 @@ impl MoeLayer {
             Some(b) if b <= MAX_BUFFER => Ok(b),
             _ => Err(MoeError::from(MoeInputError::TooLarge { what })),
         };
-        let ids_bytes: Vec<u8> = routing.ids().iter().flat_map(|w| w.to_le_bytes()).collect();
-        let ids = Buffer::upload(device, &ids_bytes).map_err(rt)?;
+        let ids = Buffer::upload(device, &ids_bytes(routing)).map_err(rt)?;
         let sorted =
             Buffer::new(device, words("sorted id", max_blocks * bm)? as u64).map_err(rt)?;
         let experts_buf =
@@ -879,6 +878,11 @@ impl MoeLayer {
             words(block_expert)?,
         )?)
     }
+}
+
+/// Each pair's expert as the sort reads them: `[tokens * topk]` u32, little-endian.
+fn ids_bytes(routing: &Routing) -> Vec<u8> {
+    routing.ids().iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
 /// The sort's launch: one workgroup over `pairs` pairs of `experts` experts into grids of

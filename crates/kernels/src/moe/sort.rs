@@ -32,6 +32,17 @@ pub(crate) const SORT_LDS_BYTES: u64 = 4 * (3 * MAX_SORT_EXPERTS as u64 + 4);
 /// such blocks leave at once).
 pub const NO_EXPERT: u32 = u32::MAX;
 
+/// [`NO_EXPERT`] as a device integer.
+fn no_expert<'k, 'ctx>(k: &'k Kernel<'ctx>) -> Int<'k, 'ctx> {
+    k.i32(i64::from(NO_EXPERT as i32))
+}
+
+/// Ends the workgroup if block expert `e` (wave-uniform) is [`NO_EXPERT`], the one id with
+/// the sign bit set.
+pub(crate) fn leave_without_expert<'k, 'ctx>(k: &'k Kernel<'ctx>, e: Int<'k, 'ctx>) -> Result<()> {
+    k.exit_unless(no_expert(k).lt(&e))
+}
+
 /// Experts each lane of the wave that computes the block offsets scans.
 const EXPERTS_PER_LANE: i64 = MAX_SORT_EXPERTS as i64 / 64;
 
@@ -86,7 +97,7 @@ pub(crate) fn sort<'k, 'ctx>(k: &'k Kernel<'ctx>, block_m: u32) -> Result<()> {
     let max_blocks = k.i32_arg(p.max_blocks)?;
     let (bm, threads) = (i64::from(block_m), i64::from(SORT_THREADS));
     let z = k.i32(0);
-    let i32t = tilegen_dsl::Ty::I32;
+    let i32t = Ty::I32;
     // One u32 per item: pairs, experts, blocks; the sorted rows as (row, block).
     let words = |n: Int<'k, 'ctx>| Layout::new(n.idx(), Idx::Static(4));
     let at = |l: &Layout<Int<'k, 'ctx>>, i: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
@@ -214,12 +225,7 @@ pub(crate) fn sort<'k, 'ctx>(k: &'k Kernel<'ctx>, block_m: u32) -> Result<()> {
     })?;
     // Blocks past the routing's: no expert, padding rows.
     k.for_range(total + tid, max_blocks, threads, |b| {
-        k.buffer_store(
-            &block_expert,
-            k.i32(NO_EXPERT as i32 as i64).into(),
-            at(&block_l, b)?,
-            z,
-        )?;
+        k.buffer_store(&block_expert, no_expert(k).into(), at(&block_l, b)?, z)?;
         k.for_range(z, k.i32(bm), 1, |r| {
             k.buffer_store(&sorted, pad.into(), row_at(r, b)?, z)
         })
@@ -346,11 +352,11 @@ pub(crate) fn block_in_wave<'k, 'ctx>(
         k.lds_store(rows, row_at(lane)?, pairs.into(), 4)
     })?;
     let row = first * bm + place - block * bm;
-    let lands = (first * bm + place).lt(&((block + 1) * bm));
-    let from = block * bm;
     k.if_then(mine, || {
-        k.if_then(k.i32(-1).lt(&(first * bm + place - from)), || {
-            k.if_then(lands, || k.lds_store(rows, row_at(row)?, lane.into(), 4))
+        k.if_then(k.i32(-1).lt(&row), || {
+            k.if_then(row.lt(&k.i32(bm)), || {
+                k.lds_store(rows, row_at(row)?, lane.into(), 4)
+            })
         })
     })?;
     // The block's expert: its first row's pair's (every block the pairs fill has one).
@@ -358,7 +364,7 @@ pub(crate) fn block_in_wave<'k, 'ctx>(
     let e0 = k
         .lds_load(scratch, cell(pair0.min(&k.i32(63)), expert_f)?, Ty::I32, 4)?
         .int(k)?;
-    k.readfirstlane(e0.select(block.lt(&total), &k.i32(NO_EXPERT as i32 as i64)))
+    k.readfirstlane(e0.select(block.lt(&total), &no_expert(k)))
 }
 
 #[cfg(test)]
@@ -369,8 +375,7 @@ mod tests {
 
     proptest! {
         /// No routing of `tokens` tokens over `experts` experts takes more blocks than the
-        /// grids are sized for, and the bound is reached: a pair per expert up to the
-        /// experts, each one padded block.
+        /// grids are sized for.
         #[test]
         fn max_blocks_bounds_every_routing(
             experts in 1usize..40,

@@ -235,9 +235,7 @@ fn block_rows_in_lds<'k, 'ctx>(
     let slot = |r: Int<'k, 'ctx>| -> Result<Int<'k, 'ctx>> {
         Ok(local.crd2idx(&Coord::Leaf(r.idx()))?.to_value(&z))
     };
-    let experts_buf = k.buffer(k.ptr_arg(block_expert_p)?, blocks * 4, CachePolicy::Always)?;
-    let expert_at =
-        Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(bid_y.idx()))?;
+    let (experts_buf, expert_at) = block_expert_at(k, block_expert_p, blocks, bid_y)?;
     let lane = th.lane;
     let in_block = lane.lt(&k.i32(bm));
     k.if_then(th.wave.eq(&z), || {
@@ -255,7 +253,7 @@ fn block_rows_in_lds<'k, 'ctx>(
                     k.buffer_store(sorted_ids, row, row_at(lane)?, z)
                 })?;
                 k.if_then(lane.eq(&z), || {
-                    k.buffer_store(&experts_buf, expert.into(), expert_at.to_value(&z), z)
+                    k.buffer_store(&experts_buf, expert.into(), expert_at, z)
                 })
             })
         })?;
@@ -265,7 +263,7 @@ fn block_rows_in_lds<'k, 'ctx>(
                 k.lds_store(&lds, slot(lane)?, row, 4)
             })?;
             k.if_then(lane.eq(&z), || {
-                let e = k.buffer_load(&experts_buf, expert_at.to_value(&z), z, 1)?;
+                let e = k.buffer_load(&experts_buf, expert_at, z, 1)?;
                 k.lds_store(&lds, slot(k.i32(bm))?, e, 4)
             })
         })
@@ -273,6 +271,18 @@ fn block_rows_in_lds<'k, 'ctx>(
     k.barrier()?;
     let expert = k.lds_load(&lds, slot(k.i32(bm))?, Ty::I32, 4)?.int(k)?;
     Ok((lds, k.readfirstlane(expert)?))
+}
+
+/// The block experts `[blocks]` (u32) and block `block`'s byte in them.
+fn block_expert_at<'k, 'ctx>(
+    k: &'k Kernel<'ctx>,
+    p: PtrParam,
+    blocks: Int<'k, 'ctx>,
+    block: Int<'k, 'ctx>,
+) -> Result<(Buffer<'ctx>, Int<'k, 'ctx>)> {
+    let buf = k.buffer(k.ptr_arg(p)?, blocks * 4, CachePolicy::Always)?;
+    let at = Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(block.idx()))?;
+    Ok((buf, at.to_value(&k.i32(0))))
 }
 
 /// The expert of the workgroup's block (wave-uniform). A block past the sort's count has
@@ -283,13 +293,11 @@ fn block_expert<'k, 'ctx>(
     blocks: Int<'k, 'ctx>,
     block: Int<'k, 'ctx>,
 ) -> Result<Int<'k, 'ctx>> {
-    let buf = k.buffer(k.ptr_arg(p)?, blocks * 4, CachePolicy::Always)?;
-    let at = Layout::new(blocks.idx(), Idx::Static(4))?.crd2idx(&Coord::Leaf(block.idx()))?;
+    let (buf, at) = block_expert_at(k, p, blocks, block)?;
     let z = k.i32(0);
-    let e = k.buffer_load(&buf, z, at.to_value(&z), 1)?.int(k)?;
+    let e = k.buffer_load(&buf, z, at, 1)?.int(k)?;
     let e = k.readfirstlane(e)?;
-    // NO_EXPERT is the one id with the sign bit set.
-    k.exit_unless(k.i32(-1).lt(&e))?;
+    super::sort::leave_without_expert(k, e)?;
     Ok(e)
 }
 
@@ -414,7 +422,7 @@ pub(crate) fn gate_up<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &MoeSpec) -> Result<(
                 bid_y,
                 bm,
             )?;
-            k.exit_unless(k.i32(-1).lt(&expert))?;
+            super::sort::leave_without_expert(k, expert)?;
             let sorted = SortedRows::in_lds(k, rows_lds, bid_y, bm, topk);
             (
                 GatheredA::new(&th, tile, &mma, &sorted, x, xs, tokens, kdim)?,
