@@ -337,6 +337,47 @@ fn preb_b_burst() {
     sweep(specs);
 }
 
+/// The next A tile's loads spread over the MFMA chain (`a_spread`): the same results with each
+/// pipeline that stages A through VGPRs (one tile ahead, two, two with B two ahead), waves
+/// along M, split-K, and an A stage of one round a wave as of many.
+#[test]
+fn preb_a_spread() {
+    let mut specs = Vec::new();
+    for tile in PREB_TILES {
+        for (deep, depth) in [(false, 1), (true, 1), (true, 2), (false, 2)] {
+            specs.push(
+                preb_tile(tile)
+                    .b_prefetch(true)
+                    .with_prefetch(|p| p.a_spread(true).deep_prime(deep).b_prefetch_depth(depth)),
+            );
+        }
+    }
+    // One wave: more rounds (8) than MMA rows after the chain's middle (4), so the rest go
+    // after the chain.
+    specs.push(
+        preb_tile(&(64, 64, 256, 64))
+            .b_prefetch(true)
+            .with_prefetch(|p| p.a_spread(true).deep_prime(true)),
+    );
+    specs.push(
+        KernelSpec::new()
+            .bm(256)
+            .wm(128)
+            .bn(128)
+            .wn(64)
+            .bk_elems(512)
+            .b_prefetch(true)
+            .with_prefetch(|p| p.a_spread(true).deep_prime(true))
+            .split_k(2),
+    );
+    // Rows past one 256-row tile; K of 1, 3 and 5 stages (split: per slice) and a remainder.
+    sweep_shapes(specs, |spec| {
+        let kd = (spec.split_k() * spec.bk_elems) as usize;
+        let rem = if spec.split_k() > 1 { 0 } else { 256 };
+        vec![(70, 448, kd), (300, 192, 3 * kd + rem), (9, 320, 5 * kd)]
+    });
+}
+
 #[test]
 fn preb_split_k() {
     let specs = vec![

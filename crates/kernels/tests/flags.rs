@@ -271,6 +271,7 @@ fn every_setting_that_changes_the_code_changes_the_key() {
             base.clone().with_prefetch(|p| p.b_prefetch_depth(2)),
         ),
         ("b_burst", base.clone().with_prefetch(|p| p.b_burst(true))),
+        ("a_spread", base.clone().with_prefetch(|p| p.a_spread(true))),
     ];
     let mut keys = vec![once.cache_key().to_string()];
     for (what, spec) in variants {

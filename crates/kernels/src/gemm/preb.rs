@@ -79,6 +79,74 @@ impl<'k, 'ctx> PendingB<'_, 'k, 'ctx> {
     }
 }
 
+/// A stage's A tile whose global loads a pipeline issues over the MFMA chain of a step:
+/// `rounds` rounds (one load per wave each), the first at MMA row `start` of the chain and
+/// one a row after it (see [`Mainloop::a_issue_row`]); rounds left at the chain's end go
+/// after it.
+struct PendingA<'k, 'ctx> {
+    slot: usize,
+    kb0: Int<'k, 'ctx>,
+    steps: i64,
+    rounds: usize,
+    issued: usize,
+    start: usize,
+    /// The LDS writes of the rounds issued so far.
+    writes: stage::PendingWrites<'k, 'ctx>,
+}
+
+impl<'k, 'ctx> PendingA<'k, 'ctx> {
+    /// A tile's loads, those due before the chain (at `start` 0) issued at once.
+    fn new<A: AOperand<'k, 'ctx>>(
+        ml: &Mainloop<'_, 'k, 'ctx, A>,
+        slot: usize,
+        kb0: Int<'k, 'ctx>,
+        steps: i64,
+    ) -> Result<Self> {
+        let start = ml.a_issue_row(steps);
+        let mut a = Self {
+            slot,
+            kb0,
+            steps,
+            rounds: ml.a.stage_rounds(ml, steps),
+            issued: 0,
+            start,
+            writes: Vec::new(),
+        };
+        if start == 0 {
+            // Before the chain, in the step's first burst (unfenced: as the pipeline always
+            // issued it).
+            a.writes = ml.a.stage_issue_rounds(ml, slot, kb0, steps, 0..a.rounds)?;
+            a.issued = a.rounds;
+        }
+        Ok(a)
+    }
+
+    /// Issues the rounds due by MMA row `p` of the chain (all of them past its end).
+    fn issue_due<A: AOperand<'k, 'ctx>>(
+        &mut self,
+        ml: &Mainloop<'_, 'k, 'ctx, A>,
+        p: usize,
+    ) -> Result<()> {
+        let due = if p < self.start {
+            0
+        } else if p == usize::MAX {
+            self.rounds
+        } else {
+            (p - self.start + 1).min(self.rounds)
+        };
+        if due > self.issued {
+            // Fenced, so the scheduler keeps them between the MFMAs they were placed among.
+            ml.fence()?;
+            let part = self.issued..due;
+            self.writes
+                .extend(ml.a.stage_issue_rounds(ml, self.slot, self.kb0, self.steps, part)?);
+            ml.fence()?;
+            self.issued = due;
+        }
+        Ok(())
+    }
+}
+
 /// Where a [`Mainloop`]'s A operand comes from: how a K tile of its `BM` rows is staged into
 /// an LDS slot, and a lane's scale fragments for a stage.
 pub(crate) trait AOperand<'k, 'ctx> {
@@ -91,6 +159,29 @@ pub(crate) trait AOperand<'k, 'ctx> {
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
+    ) -> Result<stage::PendingWrites<'k, 'ctx>>
+    where
+        Self: Sized,
+    {
+        let all = 0..self.stage_rounds(ml, steps);
+        self.stage_issue_rounds(ml, slot, kb0, steps, all)
+    }
+
+    /// How many rounds of loads (one instruction per wave each) [`AOperand::stage_issue`]
+    /// issues for a stage of `steps` K steps.
+    fn stage_rounds(&self, ml: &Mainloop<'_, 'k, 'ctx, Self>, steps: i64) -> usize
+    where
+        Self: Sized;
+
+    /// [`AOperand::stage_issue`]'s rounds `part` only, so a pipeline can spread a tile's
+    /// loads over the MFMA chain; the parts' pending writes together are the tile's.
+    fn stage_issue_rounds(
+        &self,
+        ml: &Mainloop<'_, 'k, 'ctx, Self>,
+        slot: usize,
+        kb0: Int<'k, 'ctx>,
+        steps: i64,
+        part: std::ops::Range<usize>,
     ) -> Result<stage::PendingWrites<'k, 'ctx>>
     where
         Self: Sized;
@@ -127,14 +218,19 @@ pub(crate) struct RowsA<'k, 'ctx> {
 }
 
 impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
-    fn stage_issue(
+    fn stage_rounds(&self, ml: &Mainloop<'_, 'k, 'ctx, Self>, steps: i64) -> usize {
+        stage::stage_rounds(&ml.th, ml.spec.bm as i64, steps * ml.step_bytes()) as usize
+    }
+
+    fn stage_issue_rounds(
         &self,
         ml: &Mainloop<'_, 'k, 'ctx, Self>,
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
+        part: std::ops::Range<usize>,
     ) -> Result<stage::PendingWrites<'k, 'ctx>> {
-        stage::stage_tile(
+        stage::stage_tile_rounds(
             &ml.th,
             &self.buf,
             &self.global,
@@ -145,6 +241,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
             steps * ml.step_bytes(),
             ml.spec.dram_to_lds,
             &common::operand_swizzle(ml.spec, steps * ml.step_bytes())?,
+            part.start as i64..part.end as i64,
         )
     }
 
@@ -528,7 +625,8 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
     /// `next`, when given, is a later stage's B fragment loads: they are issued a few per MMA
     /// row over the whole chain, between MFMAs, instead of in one burst before
     /// it, where the CU's vector memory path serializes the bursts of all its waves and each
-    /// wave waits for its turn with its matrix core idle.
+    /// wave waits for its turn with its matrix core idle. `a_next`, when given, is a later
+    /// stage's A tile, whose loads not yet issued go at the rows it names.
     fn compute(
         &self,
         slot: usize,
@@ -536,6 +634,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         t: Int<'k, 'ctx>,
         steps: i64,
         mut next: Option<&mut PendingB<'_, 'k, 'ctx>>,
+        mut a_next: Option<&mut PendingA<'k, 'ctx>>,
     ) -> Result<()> {
         let k = self.k();
         let (bm, cols) = (self.spec.bm as i64, steps * self.step_elems);
@@ -583,6 +682,9 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             .collect::<Result<_>>()?;
         let spread = order.len().max(1);
         for (p, &(kk, i)) in order.iter().enumerate() {
+            if let Some(a) = a_next.as_deref_mut() {
+                a.issue_due(self, p)?;
+            }
             if let Some(next) = order.get(p + A_READ_AHEAD) {
                 ahead.push_back(read_a(next)?);
             }
@@ -625,6 +727,9 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         if let Some(b) = next {
             b.issue(self, usize::MAX)?;
         }
+        if let Some(a) = a_next {
+            a.issue_due(self, usize::MAX)?;
+        }
         Ok(())
     }
 
@@ -659,7 +764,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                 self.stage_a(0, tile_kb(t), steps)?;
                 self.load_b(&regs, t, steps)?;
                 k.barrier()?;
-                self.compute(0, &regs, t, steps, None)?;
+                self.compute(0, &regs, t, steps, None, None)?;
                 k.barrier()
             });
         };
@@ -715,10 +820,11 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             let a_slot = (cur + a_ahead) % stages;
             let a_tile = (t + a_ahead as i64).min(&last);
             if hold {
-                let pending = self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?;
+                let mut a = PendingA::new(self, a_slot, tile_kb(a_tile), steps)?;
                 let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
                 self.fence()?;
-                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b), Some(&mut a))?;
+                let pending = a.writes;
                 self.fence()?;
                 // The next tile's A, held since the step before; its slot's tile (three back)
                 // was read before the last barrier.
@@ -729,14 +835,15 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             } else if deep {
                 // A two tiles on; with two stages its slot is this step's, so it is written
                 // once everyone is done reading it.
-                let pending = if self.spec.dram_to_lds {
-                    Vec::new()
+                let mut a = if self.spec.dram_to_lds {
+                    None
                 } else {
-                    self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?
+                    Some(PendingA::new(self, a_slot, tile_kb(a_tile), steps)?)
                 };
                 let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
                 self.fence()?;
-                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b), a.as_mut())?;
+                let pending = a.map(|a| a.writes).unwrap_or_default();
                 self.fence()?;
                 self.stage_barrier(b.issued)?;
                 if self.spec.dram_to_lds {
@@ -745,12 +852,12 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
                     stage::commit_tile(&self.th, &self.slots[a_slot], pending)?;
                 }
             } else {
-                let pending = self.stage_a_issue(a_slot, tile_kb(a_tile), steps)?;
+                let mut a = PendingA::new(self, a_slot, tile_kb(a_tile), steps)?;
                 let mut b = self.start_b(&regs[b_slot], b_tile, steps)?;
                 self.fence()?;
-                self.compute(cur, &regs[cur], t, steps, Some(&mut b))?;
+                self.compute(cur, &regs[cur], t, steps, Some(&mut b), Some(&mut a))?;
                 self.fence()?;
-                stage::commit_tile(&self.th, &self.slots[a_slot], pending)?;
+                stage::commit_tile(&self.th, &self.slots[a_slot], a.writes)?;
                 self.stage_barrier(b.issued)?;
             }
             Ok(())
@@ -758,6 +865,18 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         k.for_range(first, end, stages as i64, |t| {
             self.unrolled(t, end, stages, &step)
         })
+    }
+
+    /// The MMA row of a step's MFMA chain (`nm * steps` rows) where the next A tile's loads
+    /// start: with `a_spread` the middle, a round a row from there (the first half of the
+    /// chain runs on fragment reads the burst no longer holds up, and the second half still
+    /// covers most of the loads' latency); otherwise 0, all before the chain.
+    fn a_issue_row(&self, steps: i64) -> usize {
+        if self.spec.prefetch_settings().is_some_and(|p| p.a_spread) {
+            self.nm * steps as usize / 2
+        } else {
+            0
+        }
     }
 
     /// Keeps LLVM's scheduler from moving instructions across this point. The pipeline's
@@ -812,7 +931,7 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
             self.stage_a(0, st * self.step_bytes(), 1)?;
             self.load_b(&regs, st, 1)?;
             k.barrier()?;
-            self.compute(0, &regs, st, 1, None)?;
+            self.compute(0, &regs, st, 1, None, None)?;
             k.barrier()
         })
     }

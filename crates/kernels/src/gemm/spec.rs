@@ -395,6 +395,18 @@ knobs! {
         axis: Axis::Values,
         range: None,
     }
+    /// Issue the next A tile's global loads over the second half of a stage's MFMA chain, a
+    /// round (one load per wave) per MMA row, instead of in one burst before it (preb, with
+    /// b_prefetch, A through VGPRs): after a barrier every wave's burst meets in the CU's
+    /// memory path, and a wave's LDS fragment reads, issued in order behind its burst, wait
+    /// with the matrix core idle. Pays where a CU stages many A rows at once (256-row tiles).
+    ASpread [Prefetch] a_spread: bool {
+        default: |_| false,
+        piece: 22 => |x| x.then(|| "_aspread".to_string()),
+        stored: UnlessDefault,
+        axis: Axis::Values,
+        range: None,
+    }
     /// Split-K slices add their partials into C with atomics (bf16 output: each partial is
     /// rounded to bf16 and every add rounds again, up to split_k bf16 ulps off and the last bit
     /// nondeterministic) instead of storing f32 partials to a workspace that a reduction kernel
@@ -415,8 +427,8 @@ knobs! {
 /// spec without it is stored, and keyed, as in version 1), 3 adds `split_k_atomic`, written (as
 /// false) by the exact split-K specs alone: a split-K spec stored without it adds into C with
 /// atomics, as every one stored before the f32 workspace existed did, and reads so. A build reads its own version and older ones, and
-/// refuses newer ones, whose knobs it would not know.
-pub const SPEC_FORMAT: u32 = 3;
+/// refuses newer ones, whose knobs it would not know. 4 adds `a_spread` (written only when on).
+pub const SPEC_FORMAT: u32 = 4;
 
 /// `wm` of a new spec: the preb kernel's follows `bm` (one wave over all rows), the LDS-staged
 /// kernel's is 64.
@@ -1097,6 +1109,17 @@ impl KernelSpec {
                 )?;
             }
         }
+        if self
+            .preb_knobs()
+            .and_then(|k| k.prefetch.as_ref())
+            .is_some_and(|p| p.a_spread)
+            && self.dram_to_lds
+        {
+            return Err(SpecError::Ignored {
+                setter: "a_spread",
+                why: "dram_to_lds loads A straight into LDS, after the barrier that frees its slot, not over the MFMA chain",
+            });
+        }
         if let Some(k) = self.preb_knobs()
             && k.split_k_atomic
             && k.split_k == 1
@@ -1644,6 +1667,23 @@ mod stored_tests {
             burst.clone().into()
         );
         assert!(burst.kernel_name().ends_with("_bpf_bburst"));
+        // a_spread: stored only when on, a name piece, refused beside dram_to_lds.
+        assert!(!json.contains("a_spread"));
+        let spread = KernelSpec::new().prefetch(Some(Prefetch::new().a_spread(true)));
+        let json = serde_json::to_string(&spread).unwrap();
+        assert!(json.ends_with(",\"a_spread\":true}"), "{json}");
+        assert_eq!(
+            serde_json::from_str::<KernelSpec>(&json).unwrap(),
+            spread.clone().into()
+        );
+        assert!(spread.kernel_name().ends_with("_bpf_aspread"));
+        assert!(matches!(
+            KernelSpec::from(spread.dram_to_lds(true)).validate(),
+            Err(SpecError::Ignored {
+                setter: "a_spread",
+                ..
+            })
+        ));
     }
 
     /// A split-K spec always writes how it adds its slices, so that the key of the exact

@@ -241,12 +241,17 @@ impl<'k, 'ctx> GatheredA<'k, 'ctx> {
 }
 
 impl<'k, 'ctx> AOperand<'k, 'ctx> for GatheredA<'k, 'ctx> {
-    fn stage_issue(
+    fn stage_rounds(&self, _: &Mainloop<'_, 'k, 'ctx, Self>, _: i64) -> usize {
+        self.rounds.len()
+    }
+
+    fn stage_issue_rounds(
         &self,
         ml: &Mainloop<'_, 'k, 'ctx, Self>,
         slot: usize,
         kb0: Int<'k, 'ctx>,
         steps: i64,
+        part: std::ops::Range<usize>,
     ) -> Result<PendingWrites<'k, 'ctx>> {
         let k = ml.k();
         let row_bytes = steps * ml.step_bytes();
@@ -264,7 +269,8 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for GatheredA<'k, 'ctx> {
         let swizzle = common::operand_swizzle(ml.spec, row_bytes)?;
         let z = k.i32(0);
         let mut pending = Vec::new();
-        for r in &self.rounds {
+        let part = part.start.min(self.rounds.len())..part.end.min(self.rounds.len());
+        for r in &self.rounds[part] {
             // The column's uniform part is the tile's start; the token row is the lane's.
             let uniform = self
                 .global

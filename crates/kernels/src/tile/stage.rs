@@ -116,6 +116,36 @@ pub fn stage_tile<'k, 'ctx>(
     direct: bool,
     swizzle: &SwizzleChain,
 ) -> Result<PendingWrites<'k, 'ctx>> {
+    let all = 0..stage_rounds(cx, rows, row_bytes);
+    stage_tile_rounds(
+        cx, src, global, row0, col0, lds, rows, row_bytes, direct, swizzle, all,
+    )
+}
+
+/// The rounds of one-load-per-wave instructions [`stage_tile`] issues for a `rows` x
+/// `row_bytes` tile: a pipeline may issue them apart ([`stage_tile_rounds`]).
+pub fn stage_rounds(cx: &Threads<'_, '_>, rows: i64, row_bytes: i64) -> i64 {
+    let instrs = rows * (row_bytes / 16) / 64;
+    (instrs + cx.warps - 1) / cx.warps
+}
+
+/// [`stage_tile`]'s rounds `part` only (a subrange of `0..stage_rounds(..)`): the pending
+/// writes of the parts together are the whole tile's.
+#[allow(clippy::too_many_arguments)]
+#[must_use = "LDS writes through VGPRs are returned, not emitted: pass them to commit_tile"]
+pub fn stage_tile_rounds<'k, 'ctx>(
+    cx: &Threads<'k, 'ctx>,
+    src: &Buffer<'ctx>,
+    global: &Layout<Int<'k, 'ctx>>,
+    row0: Int<'k, 'ctx>,
+    col0: Int<'k, 'ctx>,
+    lds: &Lds<'ctx>,
+    rows: i64,
+    row_bytes: i64,
+    direct: bool,
+    swizzle: &SwizzleChain,
+    part: std::ops::Range<i64>,
+) -> Result<PendingWrites<'k, 'ctx>> {
     let k = cx.k;
     let chunks_per_row = row_bytes / 16;
     // 16-byte chunks in row-major order, 64 per instruction. When whole rows fit an instruction
@@ -130,11 +160,11 @@ pub fn stage_tile<'k, 'ctx>(
         });
     }
     let instrs = rows * chunks_per_row / 64;
-    let per_wave = (instrs + cx.warps - 1) / cx.warps;
+    let per_wave = stage_rounds(cx, rows, row_bytes);
     let local = dev_layout(&Layout::row_major((rows, row_bytes)))?;
     let lane = cx.lane.idx();
     let mut pending = Vec::new();
-    for j in 0..per_wave {
+    for j in part.start.max(0)..part.end.min(per_wave) {
         // Loads one round; returns the LDS write it still owes (none when direct).
         let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, Value<'ctx>)>> {
             // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
