@@ -96,6 +96,31 @@ fn split_kv_runs_the_reduce_and_emits_code_objects() {
         let bytes = std::fs::read(dir.path().join(name)).unwrap();
         assert!(bytes.starts_with(b"\x7fELF"), "{name} is a code object");
     }
+    // A run without a reduce kernel into the same directory leaves no reduce files (neither
+    // empty ones nor the earlier run's).
+    let fused = tilegen()
+        .args(&GPT_OSS[..6])
+        .args(["--page-size", "64", "--split-kv", "3", "--waves", "2"])
+        .args([
+            "--batch",
+            "2",
+            "--context",
+            "700,5",
+            "--fused-reduce",
+            "true",
+            "--json",
+        ])
+        .arg("--emit-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let f = json(&fused);
+    assert!(f["kernels"]["reduce"].is_null(), "{f}");
+    for name in ["reduce.hsaco", "reduce.s"] {
+        assert!(!dir.path().join(name).exists(), "{name} left behind");
+    }
+    let bytes = std::fs::read(dir.path().join("main.hsaco")).unwrap();
+    assert!(bytes.starts_with(b"\x7fELF"));
     let listing = std::fs::read_to_string(dir.path().join("main.s")).unwrap();
     assert!(
         listing.contains("ds_read_b64_tr_b8"),

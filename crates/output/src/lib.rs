@@ -193,6 +193,19 @@ impl Output {
         }
     }
 
+    /// Removes the file, if there is one: an output a run does not produce this time must not
+    /// be left from an earlier run beside the ones it wrote. A symlink goes, not its target.
+    pub fn remove(&self) -> Result<(), OutputError> {
+        match std::fs::remove_file(&self.requested) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(OutputError::Io {
+                action: "removing",
+                path: self.requested.clone(),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes `bytes` as the whole file, atomically.
     pub fn write(&self, bytes: &[u8]) -> Result<(), OutputError> {
         let mut f = self.create()?;
@@ -446,6 +459,26 @@ mod tests {
         out.write(b"new").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn remove_takes_an_old_output_or_nothing_and_never_a_link_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stale.bin");
+        std::fs::write(&path, b"old").unwrap();
+        let out = Output::check(&path).unwrap();
+        out.remove().unwrap();
+        assert!(!path.exists());
+        // Nothing there: nothing to do.
+        out.remove().unwrap();
+        // A link is removed, the file it names stays.
+        let target = dir.path().join("kept.bin");
+        std::fs::write(&target, b"kept").unwrap();
+        let link = dir.path().join("link.bin");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        Output::check(&link).unwrap().remove().unwrap();
+        assert!(std::fs::symlink_metadata(&link).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
     }
 
     #[test]

@@ -67,7 +67,8 @@ pub struct AttentionArgs {
     seed: u64,
     #[command(flatten)]
     device: DeviceArgs,
-    /// Leave main.hsaco, main.s (and reduce.hsaco, reduce.s), the inputs (q.bin bf16,
+    /// Leave main.hsaco, main.s (and reduce.hsaco, reduce.s where a reduce kernel runs; where
+    /// none does, an earlier run's are removed), the inputs (q.bin bf16,
     /// k_cache.bin and v_cache.bin FP8, block_table.bin and context_lens.bin i32, k_scales.bin
     /// and v_scales.bin f32), the result out.bin (bf16) and report.json here.
     #[arg(long)]
@@ -443,26 +444,27 @@ fn emit(
     let report = serde_json::to_vec_pretty(summary)?;
     let timing = serde_json::to_vec_pretty(&timing.cloned().unwrap_or_default())?;
     let reduce = kernels.reduce();
-    let files: [Vec<u8>; 14] = [
-        kernels.main().code_object().to_vec(),
-        kernels.main().asm().as_bytes().to_vec(),
-        reduce.map(|r| r.code_object().to_vec()).unwrap_or_default(),
-        reduce
-            .map(|r| r.asm().as_bytes().to_vec())
-            .unwrap_or_default(),
-        le_bytes(&p.q, |x| x.to_bits().to_le_bytes()),
-        p.k_cache.clone(),
-        p.v_cache.clone(),
-        le_bytes(&p.block_table, i32::to_le_bytes),
-        le_bytes(&p.context_lens, i32::to_le_bytes),
-        le_bytes(&p.k_scales, f32::to_le_bytes),
-        le_bytes(&p.v_scales, f32::to_le_bytes),
-        le_bytes(out, |x| x.to_bits().to_le_bytes()),
-        report,
-        timing,
+    let files: [Option<Vec<u8>>; 14] = [
+        Some(kernels.main().code_object().to_vec()),
+        Some(kernels.main().asm().as_bytes().to_vec()),
+        reduce.map(|r| r.code_object().to_vec()),
+        reduce.map(|r| r.asm().as_bytes().to_vec()),
+        Some(le_bytes(&p.q, |x| x.to_bits().to_le_bytes())),
+        Some(p.k_cache.clone()),
+        Some(p.v_cache.clone()),
+        Some(le_bytes(&p.block_table, i32::to_le_bytes)),
+        Some(le_bytes(&p.context_lens, i32::to_le_bytes)),
+        Some(le_bytes(&p.k_scales, f32::to_le_bytes)),
+        Some(le_bytes(&p.v_scales, f32::to_le_bytes)),
+        Some(le_bytes(out, |x| x.to_bits().to_le_bytes())),
+        Some(report),
+        Some(timing),
     ];
     for (o, bytes) in outputs.iter().zip(files) {
-        o.write(&bytes)?;
+        match bytes {
+            Some(b) => o.write(&b)?,
+            None => o.remove()?,
+        }
     }
     Ok(())
 }
