@@ -809,7 +809,8 @@ impl<'s, 'k, 'ctx, A: AOperand<'k, 'ctx>> Mainloop<'s, 'k, 'ctx, A> {
         })?;
         self.stage_barrier(prologue_loads)?;
         // One tile per step. The next A tile's global loads are issued before the B fragments
-        // of the tile `ahead` on, and written to LDS only after this tile's MFMAs, so neither
+        // of the tile `ahead` on (with a_spread, among the second half of this tile's MFMAs
+        // instead: `PendingA`), and written to LDS only after this tile's MFMAs, so neither
         // the LDS writes nor the barrier wait for the B loads: those stay in flight into the
         // next steps, where each MFMA waits only for its own fragments. Tile indices past the
         // last tile are clamped to it instead of branched around: the extra loads land in a
