@@ -4,6 +4,9 @@
 //! restructured; this test recomputes everything it records. The template sections were
 //! rewritten once since, on purpose: their split-K specs became the exact (workspace and
 //! reduction) kernels, named `_exact`; atomic split-K specs keep the names and keys they had.
+//! The reference template's section changed once more when its space took BM 256 and
+//! `a_spread` (1,888 specs to 3,520); its former 1,888 specs kept their names and keys (the old
+//! template's digest still matched).
 //!
 //! The corpus: every spec of every GEMM template's space (in enumeration order), the
 //! preshuffled-B flag combinations of three tiles, every MoE template spec's kernel names and
