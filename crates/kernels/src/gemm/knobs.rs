@@ -609,11 +609,10 @@ macro_rules! knobs {
     (@get Common $s:ident $name:ident $Knob:ident) => { Some($s.common().$name.value()) };
     (@get PrebKnobs $s:ident $name:ident $Knob:ident) => { $s.preb_knobs().map(|k| k.$name.value()) };
     (@get Prefetch $s:ident $name:ident $Knob:ident) => {
-        $s.preb_knobs().and_then(|k| k.prefetch.as_ref()).map(|p| p.$name.value())
+        $s.prefetch_settings().map(|p| p.$name.value())
     };
     (@get ClusterSched $s:ident $name:ident $Knob:ident) => {
-        $s.preb_knobs()
-            .and_then(|k| k.prefetch.as_ref())
+        $s.prefetch_settings()
             .and_then(|p| p.cluster.as_ref())
             .map(|c| c.$name.value())
     };

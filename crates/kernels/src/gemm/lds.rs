@@ -87,6 +87,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
                 row_bytes,
                 spec.dram_to_lds,
                 &sw,
+                ..,
             )?;
             let pb = stage::stage_tile(
                 &cx,
@@ -99,6 +100,7 @@ pub fn build<'k, 'ctx>(k: &'k Kernel<'ctx>, spec: &LdsSpec) -> Result<()> {
                 row_bytes,
                 spec.dram_to_lds,
                 &sw,
+                ..,
             )?;
             stage::commit_tile(&cx, &a_lds, pa)?;
             stage::commit_tile(&cx, &b_lds, pb)?;

@@ -219,7 +219,7 @@ pub(crate) struct RowsA<'k, 'ctx> {
 
 impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
     fn stage_rounds(&self, ml: &Mainloop<'_, 'k, 'ctx, Self>, steps: i64) -> usize {
-        stage::stage_rounds(&ml.th, ml.spec.bm as i64, steps * ml.step_bytes()) as usize
+        stage::stage_rounds(&ml.th, ml.spec.bm as i64, steps * ml.step_bytes())
     }
 
     fn stage_issue_rounds(
@@ -230,7 +230,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
         steps: i64,
         part: std::ops::Range<usize>,
     ) -> Result<stage::PendingWrites<'k, 'ctx>> {
-        stage::stage_tile_rounds(
+        stage::stage_tile(
             &ml.th,
             &self.buf,
             &self.global,
@@ -241,7 +241,7 @@ impl<'k, 'ctx> AOperand<'k, 'ctx> for RowsA<'k, 'ctx> {
             steps * ml.step_bytes(),
             ml.spec.dram_to_lds,
             &common::operand_swizzle(ml.spec, steps * ml.step_bytes())?,
-            part.start as i64..part.end as i64,
+            part,
         )
     }
 

@@ -792,6 +792,12 @@ impl KernelSpec {
         self.as_preb().map(|p| &p.knobs)
     }
 
+    /// The prefetching pipeline's settings, where the spec has one (a preb spec with
+    /// `b_prefetch`).
+    pub(crate) fn prefetch_settings(&self) -> Option<&Prefetch> {
+        self.as_preb().and_then(PrebSpec::prefetch_settings)
+    }
+
     pub(crate) fn preb_knobs_mut(&mut self) -> Option<&mut PrebKnobs> {
         match self {
             KernelSpec::Preb(p) => Some(&mut p.knobs),
@@ -1109,12 +1115,7 @@ impl KernelSpec {
                 )?;
             }
         }
-        if self
-            .preb_knobs()
-            .and_then(|k| k.prefetch.as_ref())
-            .is_some_and(|p| p.a_spread)
-            && self.dram_to_lds
-        {
+        if self.prefetch_settings().is_some_and(|p| p.a_spread) && self.dram_to_lds {
             return Err(SpecError::Ignored {
                 setter: "a_spread",
                 why: "dram_to_lds loads A straight into LDS, after the barrier that frees its slot, not over the MFMA chain",

@@ -102,6 +102,10 @@ pub fn swizzle_for_rows(row_bytes: i64) -> Result<SwizzleChain> {
 /// issue the global loads early and write LDS later ([`commit_tile`]). In a round only some
 /// waves take part in, the other waves load the last round again (no branch, so the value
 /// reaches the later write) and their write is skipped.
+///
+/// `rounds` picks which of the tile's [`stage_rounds`] rounds (one load per wave each) to issue
+/// (`..` for all), so a pipeline can spread a tile's loads; the pending writes of the parts
+/// together are the whole tile's.
 #[allow(clippy::too_many_arguments)]
 #[must_use = "LDS writes through VGPRs are returned, not emitted: pass them to commit_tile"]
 pub fn stage_tile<'k, 'ctx>(
@@ -115,36 +119,7 @@ pub fn stage_tile<'k, 'ctx>(
     row_bytes: i64,
     direct: bool,
     swizzle: &SwizzleChain,
-) -> Result<PendingWrites<'k, 'ctx>> {
-    let all = 0..stage_rounds(cx, rows, row_bytes);
-    stage_tile_rounds(
-        cx, src, global, row0, col0, lds, rows, row_bytes, direct, swizzle, all,
-    )
-}
-
-/// The rounds of one-load-per-wave instructions [`stage_tile`] issues for a `rows` x
-/// `row_bytes` tile: a pipeline may issue them apart ([`stage_tile_rounds`]).
-pub fn stage_rounds(cx: &Threads<'_, '_>, rows: i64, row_bytes: i64) -> i64 {
-    let instrs = rows * (row_bytes / 16) / 64;
-    (instrs + cx.warps - 1) / cx.warps
-}
-
-/// [`stage_tile`]'s rounds `part` only (a subrange of `0..stage_rounds(..)`): the pending
-/// writes of the parts together are the whole tile's.
-#[allow(clippy::too_many_arguments)]
-#[must_use = "LDS writes through VGPRs are returned, not emitted: pass them to commit_tile"]
-pub fn stage_tile_rounds<'k, 'ctx>(
-    cx: &Threads<'k, 'ctx>,
-    src: &Buffer<'ctx>,
-    global: &Layout<Int<'k, 'ctx>>,
-    row0: Int<'k, 'ctx>,
-    col0: Int<'k, 'ctx>,
-    lds: &Lds<'ctx>,
-    rows: i64,
-    row_bytes: i64,
-    direct: bool,
-    swizzle: &SwizzleChain,
-    part: std::ops::Range<i64>,
+    rounds: impl std::ops::RangeBounds<usize>,
 ) -> Result<PendingWrites<'k, 'ctx>> {
     let k = cx.k;
     let chunks_per_row = row_bytes / 16;
@@ -164,7 +139,8 @@ pub fn stage_tile_rounds<'k, 'ctx>(
     let local = dev_layout(&Layout::row_major((rows, row_bytes)))?;
     let lane = cx.lane.idx();
     let mut pending = Vec::new();
-    for j in part.start.max(0)..part.end.min(per_wave) {
+    for j in (0..per_wave).filter(|j| rounds.contains(j)) {
+        let j = j as i64;
         // Loads one round; returns the LDS write it still owes (none when direct).
         let emit = |i: Idx<Int<'k, 'ctx>>| -> Result<Option<(Int<'k, 'ctx>, Value<'ctx>)>> {
             // Split the chunk coordinate into a wave-uniform part (from `i`) and a lane part.
@@ -255,6 +231,13 @@ pub fn stage_tile_rounds<'k, 'ctx>(
         }
     }
     Ok(pending)
+}
+
+/// The rounds of one-load-per-wave instructions [`stage_tile`] issues for a `rows` x
+/// `row_bytes` tile.
+pub fn stage_rounds(cx: &Threads<'_, '_>, rows: i64, row_bytes: i64) -> usize {
+    let instrs = rows * (row_bytes / 16) / 64;
+    ((instrs + cx.warps - 1) / cx.warps).max(0) as usize
 }
 
 /// Emits the LDS writes [`stage_tile`] left pending.
